@@ -1,0 +1,54 @@
+# torchx_datapipes: the two set-up commands are `make demo` and `make test`.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV ?= .venv
+TORCH_SPEC ?= torch==2.13.0
+BIN := $(VENV)/bin
+PIP := $(BIN)/python -m pip
+
+.PHONY: demo test install install-dev services lint typecheck pytest bench clean
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+	$(PIP) install -q --upgrade pip
+
+# torch goes first and pinned, so the resolver never fetches a multi-GB CUDA build;
+# matplotlib goes before the rest so pip does not backtrack through old sdists.
+$(VENV)/.installed: pyproject.toml | $(BIN)/python
+	$(PIP) install -q "$(TORCH_SPEC)"
+	$(PIP) install -q "matplotlib>=3.8"
+	$(PIP) install -q -e ".[parquet,zstd,stats]"
+	touch $@
+
+$(VENV)/.installed-dev: $(VENV)/.installed pyproject.toml
+	$(PIP) install -q -e ".[dev]"
+	$(PIP) check
+	touch $@
+
+install: $(VENV)/.installed
+install-dev: $(VENV)/.installed-dev
+
+services:
+	bash scripts/services.sh
+
+demo: install
+	source $(BIN)/activate && bash examples/run_demo.sh
+
+lint: install-dev
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check torchx_datapipes tests components examples benchmarks
+
+typecheck: install-dev
+	$(BIN)/mypy
+
+pytest: install-dev services
+	source $(BIN)/activate && pytest -q
+
+test: install-dev services lint typecheck pytest
+
+bench: install
+	$(PIP) install -q -e ".[bench]"
+	source $(BIN)/activate && python benchmarks/bench_transform.py
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .torchx .tdp demo-out

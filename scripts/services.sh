@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Start the services the tests talk to, if they are not already up. Idempotent.
+# Redis on 127.0.0.1:6379 and memcached on 127.0.0.1:11211. The moto S3 server is
+# started by the test fixtures themselves. Tests fail loudly (never skip) when one is missing.
+set -euo pipefail
+
+as_root() { if [ "$(id -u)" = 0 ]; then "$@"; elif command -v sudo >/dev/null; then sudo -n "$@"; else "$@"; fi; }
+
+apt_install() {
+  as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -q "$@" >/dev/null 2>&1 \
+    || { as_root apt-get update -q >/dev/null 2>&1 && as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -q "$@" >/dev/null; }
+}
+
+port_open() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+
+wait_port() {
+  for _ in $(seq 1 50); do port_open "$1" && return 0; sleep 0.1; done
+  echo "services.sh: $2 did not come up on 127.0.0.1:$1" >&2; return 1
+}
+
+if ! port_open 6379; then
+  command -v redis-server >/dev/null || apt_install redis-server
+  redis-server --daemonize yes --bind 127.0.0.1 --port 6379 --save "" --appendonly no >/dev/null
+  wait_port 6379 redis
+fi
+echo "redis:     127.0.0.1:6379 up"
+
+if ! port_open 11211; then
+  command -v memcached >/dev/null || apt_install memcached
+  memcached -d -l 127.0.0.1 -p 11211 -m 256 -U 0 -u "$(id -un)" >/dev/null
+  wait_port 11211 memcached
+fi
+echo "memcached: 127.0.0.1:11211 up"

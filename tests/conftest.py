@@ -1,0 +1,3 @@
+"""Shared pytest fixtures. Plugins live in small modules beside this file."""
+
+pytest_plugins = ["s3_fixture"]

@@ -1,0 +1,111 @@
+"""Shared AppDef building for the components: ``dist.ddp`` plus what a data job needs.
+
+We reuse TorchX's ``dist.ddp`` (rendezvous, ``-j`` parsing, resources, mounts) and add
+torchrun's ``--max_restarts`` (ddp has none; ``local_cwd`` ignores ``max_retries``).
+"""
+
+import os
+import shlex
+import sys
+from typing import Dict, List, Optional
+
+from torchx import specs
+from torchx.components.dist import ddp
+
+from torchx_datapipes import artifact
+from torchx_datapipes.io.fs import expand_inputs, split_patterns
+from torchx_datapipes.io.manifest import has_success, success_url
+
+RUNNER_MODULE = "torchx_datapipes.runner"
+META_OUTPUT = "torchx_datapipes/output"
+META_OP = "torchx_datapipes/op"
+
+
+def default_store() -> str:
+    """Where the client uploads artifacts for local runs (set ``artifact_store`` for clusters)."""
+    return os.path.join(os.getcwd(), ".tdp", "artifacts")
+
+
+def resolve_fn(fn: str, store: Optional[str], backend: str) -> artifact.ArtifactRef:
+    """``--fn``: an artifact URL, ``file.py:fn`` or ``pkg.module:fn`` -> an uploaded artifact."""
+    store = store or default_store()
+    if artifact.is_artifact_url(fn):
+        if not _is_remote(fn) and not os.path.exists(fn):
+            raise FileNotFoundError(f"--fn artifact {fn} does not exist; package it with artifact.package()")
+        sha = artifact.sha256_of_url(fn)
+        return artifact.ArtifactRef(url=fn, sha256=sha, backend="?", python="", torch="", cloudpickle="")
+    if ":" not in fn:
+        raise ValueError(f"--fn {fn!r} must look like my_file.py:clean, my_pkg.module:clean or an artifact URL")
+    if backend == "module":
+        return artifact.package(fn, store, backend="module")
+    return artifact.package(artifact.resolve_spec(fn), store, backend=backend)
+
+
+def _is_remote(url: str) -> bool:
+    return "://" in url and not url.startswith("file://")
+
+
+def validate_io(input: str, output: str, overwrite: bool) -> None:
+    """Fail before launch when local inputs are missing or the output is already complete."""
+    local = [p for p in split_patterns(input) if not _is_remote(p)]
+    if not split_patterns(input):
+        raise ValueError("--input is empty; pass a glob such as 'data/*.jsonl'")
+    if local:
+        expand_inputs(local)
+    if not overwrite and has_success(output):
+        raise FileExistsError(
+            f"{success_url(output)} exists: the output is complete. Pass --overwrite True to replace it"
+        )
+
+
+def runner_app(
+    op: str,
+    runner_args: List[str],
+    output: str,
+    name: str,
+    image: str,
+    h: Optional[str],
+    cpu: int,
+    gpu: int,
+    memMB: int,
+    j: str,
+    env: Optional[Dict[str, str]],
+    mounts: Optional[List[str]],
+    rdzv_port: int,
+    max_restarts: int,
+    max_retries: int,
+) -> specs.AppDef:
+    env = dict(env or {})
+    env.setdefault("PYTHONUNBUFFERED", "1")
+    app = ddp(
+        op,
+        *runner_args,
+        m=RUNNER_MODULE,
+        image=image,
+        name=name,
+        h=h,
+        cpu=cpu,
+        gpu=gpu,
+        memMB=memMB,
+        j=j,
+        env=env,
+        max_retries=max_retries,
+        rdzv_port=rdzv_port,
+        mounts=mounts,
+    )
+    role = app.roles[0]
+    cmd = role.args[-1]
+    assert cmd.startswith("torchrun "), cmd
+    # The client's interpreter directory goes first on PATH: on local schedulers torchrun and
+    # python then come from the environment that built the job even if it is not activated;
+    # elsewhere the directory does not exist and PATH lookup falls through to the image's.
+    bindir = shlex.quote(os.path.dirname(sys.executable))
+    restarts = f"--max_restarts {int(max_restarts)} " if max_restarts else ""
+    role.args[-1] = f'PATH={bindir}:"$PATH" torchrun {restarts}{cmd[len("torchrun "):]}'
+    role.name = op
+    app.metadata = {META_OUTPUT: output, META_OP: op}
+    return app
+
+
+def bool_flag(name: str, value: bool) -> List[str]:
+    return [f"--{name}", "True"] if value else []

@@ -1,0 +1,1 @@
+"""Input planning, record formats, part writers and the output manifest."""

@@ -1,0 +1,101 @@
+"""Per-unit commit records (``_units/``) and the job manifest (``_SUCCESS``).
+
+A unit is committed when its metadata file exists with the job's fingerprint; the
+output is complete only when ``_SUCCESS`` exists. Readers trust nothing else.
+"""
+
+import hashlib
+import platform
+import time
+from typing import Any, Dict, List, Optional
+
+import orjson
+
+from torchx_datapipes.io.fs import atomic_write, exists, fs_and_path, join, read_bytes
+
+SUCCESS = "_SUCCESS"
+MANIFEST_VERSION = 1
+
+
+def fingerprint(obj: Any) -> str:
+    return hashlib.sha256(orjson.dumps(obj, option=orjson.OPT_SORT_KEYS)).hexdigest()
+
+
+def unit_meta_url(output: str, unit_name: str) -> str:
+    return join(output, "_units", f"{unit_name}.json")
+
+
+def write_unit_meta(output: str, unit_name: str, meta: Dict[str, Any]) -> None:
+    atomic_write(unit_meta_url(output, unit_name), orjson.dumps(meta))
+
+
+def read_unit_meta(output: str, unit_name: str, fp: str) -> Optional[Dict[str, Any]]:
+    """The unit's commit record, or None if absent or written by a different job."""
+    url = unit_meta_url(output, unit_name)
+    try:
+        meta: Dict[str, Any] = orjson.loads(read_bytes(url))
+    except (FileNotFoundError, orjson.JSONDecodeError):
+        return None
+    return meta if meta.get("fingerprint") == fp else None
+
+
+def success_url(output: str) -> str:
+    return join(output, SUCCESS)
+
+
+def has_success(output: str) -> bool:
+    return exists(success_url(output))
+
+
+def read_manifest(output: str) -> Dict[str, Any]:
+    """The committed manifest; FileNotFoundError if the output is not complete."""
+    url = success_url(output)
+    try:
+        data: Dict[str, Any] = orjson.loads(read_bytes(url))
+    except FileNotFoundError:
+        raise FileNotFoundError(f"{url} does not exist: the job did not finish, so the output is incomplete")
+    return data
+
+
+def write_manifest(output: str, manifest: Dict[str, Any]) -> None:
+    atomic_write(success_url(output), orjson.dumps(manifest, option=orjson.OPT_INDENT_2))
+
+
+def clear_output(output: str) -> None:
+    """Remove a previous result: ``_SUCCESS`` first, so it never looks complete midway."""
+    fs, path = fs_and_path(output)
+    if fs.exists(f"{path}/{SUCCESS}"):
+        fs.rm(f"{path}/{SUCCESS}")
+    if fs.exists(path):
+        fs.rm(path, recursive=True)
+
+
+def versions() -> Dict[str, str]:
+    import cloudpickle
+    import torch
+
+    import torchx_datapipes
+
+    try:
+        from torchx.version import __version__ as torchx_version
+    except ImportError:  # pragma: no cover
+        torchx_version = "unknown"
+    return {
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "torchx": torchx_version,
+        "cloudpickle": cloudpickle.__version__,
+        "torchx_datapipes": torchx_datapipes.__version__,
+    }
+
+
+def base_manifest(op: str, inputs: List[Dict[str, Any]], options: Dict[str, Any]) -> Dict[str, Any]:
+    return {
+        "manifest_version": MANIFEST_VERSION,
+        "op": op,
+        "status": "SUCCEEDED",
+        "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "inputs": inputs,
+        "options": options,
+        "versions": versions(),
+    }

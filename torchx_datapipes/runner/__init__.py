@@ -1,0 +1,1 @@
+"""The generic runner app launched by torchrun: ``python -m torchx_datapipes.runner <op> ...``."""

@@ -1,0 +1,99 @@
+"""The on_error policy: raise with file, line and traceback, or route bad records to ``_errors/``."""
+
+import enum
+import traceback
+from typing import Any, Dict, List, Optional
+
+import orjson
+
+from torchx_datapipes.errors import InputError
+from torchx_datapipes.io.formats import BadRecord, UnitReader
+from torchx_datapipes.io.fs import atomic_write, join
+
+
+class OnError(str, enum.Enum):
+    RAISE = "raise"
+    SKIP = "skip"
+
+    @classmethod
+    def parse(cls, value: str) -> "OnError":
+        try:
+            return cls(value)
+        except ValueError:
+            raise ValueError(f"--on_error must be 'raise' or 'skip', got {value!r}") from None
+
+
+class RecordError(InputError):
+    """A record failed under ``on_error=raise``; the message is the whole story."""
+
+    def __reduce__(self) -> Any:
+        return (type(self), self.args)
+
+
+def user_traceback(e: BaseException) -> str:
+    """The traceback of ``e`` without our own frame on top."""
+    tb = e.__traceback__.tb_next if e.__traceback__ is not None else None
+    return "".join(traceback.format_exception(type(e), e, tb))
+
+
+class ErrorSink:
+    """Collects one unit's bad records and applies the policy."""
+
+    def __init__(self, reader: UnitReader, policy: OnError, output: str, fn_name: str = "fn") -> None:
+        self.reader, self.policy, self.output, self.fn_name = reader, policy, output, fn_name
+        self.items: List[Dict[str, Any]] = []
+        self._seen_parse = 0
+
+    @property
+    def path(self) -> str:
+        return self.reader.unit.path
+
+    def drain_parse_errors(self) -> None:
+        """Take the reader's parse failures (raising on the first under ``raise``)."""
+        new = self.reader.bad[self._seen_parse :]
+        self._seen_parse = len(self.reader.bad)
+        for b in new:
+            self._add(b)
+
+    def record_failed(self, line: int, rec: Any, e: BaseException, stage: str = "transform") -> None:
+        tb = user_traceback(e)
+        raw = _dump(rec)
+        self._add(BadRecord(line, f"{type(e).__name__}: {e}", raw, stage), tb)
+
+    def _add(self, b: BadRecord, tb: Optional[str] = None) -> None:
+        line = self.reader.absolute(b.line)
+        if self.policy is OnError.RAISE:
+            what = "cannot parse record" if b.stage == "parse" else f"{self.fn_name} raised {b.error}"
+            msg = f"{self.path}, line {line}: {what}"
+            if b.stage == "parse":
+                msg += f": {b.error}"
+            msg += f"\n  record: {b.raw[:300]}"
+            if tb:
+                msg += f"\n  traceback of your function:\n{tb}"
+            msg += (
+                f"\n  fix: correct the record, or rerun with --on_error skip to write bad records to"
+                f" {join(self.output, '_errors')}/ and go on"
+            )
+            raise RecordError(msg)
+        item = {"file": self.path, "line": line, "stage": b.stage, "error": b.error, "raw": b.raw}
+        if tb:
+            item["traceback"] = tb
+        self.items.append(item)
+
+    @property
+    def count(self) -> int:
+        return len(self.items)
+
+    def commit(self, unit_name: str) -> Optional[str]:
+        if not self.items:
+            return None
+        url = join(self.output, "_errors", f"part-{unit_name}.jsonl")
+        atomic_write(url, b"".join(orjson.dumps(i) + b"\n" for i in self.items))
+        return url
+
+
+def _dump(rec: Any) -> str:
+    try:
+        return orjson.dumps(rec, option=orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_NON_STR_KEYS).decode()
+    except TypeError:
+        return repr(rec)[:2000]

@@ -1,0 +1,135 @@
+"""Entry point of the runner app: ``python -m torchx_datapipes.runner <op> [options]``.
+
+torchrun starts one of these per rank. Errors are recorded with torch elastic's
+``@record`` so the job status carries the file, line and the user's traceback.
+"""
+
+import argparse
+import sys
+from typing import Any, Callable, Dict, List, Optional
+
+from torch.distributed.elastic.multiprocessing.errors import record
+
+from torchx_datapipes.io.fs import split_patterns
+from torchx_datapipes.runner.badrecords import OnError
+from torchx_datapipes.runner.engine import Op, RunConfig, run_op
+
+OPS = ("transform", "split", "stats")
+
+
+def _bool(v: str) -> bool:
+    if v.lower() in ("1", "true", "yes"):
+        return True
+    if v.lower() in ("0", "false", "no"):
+        return False
+    raise argparse.ArgumentTypeError(f"expected True or False, got {v!r}")
+
+
+def _common(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--input", required=True, help="globs or paths, comma separated")
+    p.add_argument("--output", required=True)
+    p.add_argument("--artifact", default=None, help="artifact URL made by torchx_datapipes.artifact")
+    p.add_argument("--sha256", default=None, help="pinned sha256 of the artifact")
+    p.add_argument("--format", default="auto")
+    p.add_argument("--output_format", default="jsonl", choices=("jsonl", "parquet"))
+    p.add_argument("--num_workers", type=int, default=1)
+    p.add_argument("--batch_size", type=int, default=1024)
+    p.add_argument("--on_error", default="raise", choices=("raise", "skip"))
+    p.add_argument("--max_error_rate", type=float, default=1.0)
+    p.add_argument("--overwrite", type=_bool, default=False, nargs="?", const=True)
+    p.add_argument("--unit_mb", type=float, default=64.0)
+    p.add_argument("--timeout_s", type=float, default=6 * 3600.0)
+    p.add_argument("--progress_s", type=float, default=5.0)
+
+
+def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m torchx_datapipes.runner")
+    sub = parser.add_subparsers(dest="op", required=True)
+    _common(sub.add_parser("transform", help="apply a function to every record"))
+    sp = sub.add_parser("split", help="train/val/test split")
+    _common(sp)
+    sp.add_argument("--fractions", required=True)
+    sp.add_argument("--key", default="")
+    sp.add_argument("--method", default="hash", choices=("hash", "exact"))
+    sp.add_argument("--seed", type=int, default=0)
+    sp.add_argument("--stratify", default="")
+    st = sub.add_parser("stats", help="summary statistics and a report")
+    _common(st)
+    st.add_argument("--fields", default="")
+    st.add_argument("--quantiles", default="")
+    st.add_argument("--top_k", type=int, default=20)
+    st.add_argument("--bins", type=int, default=30)
+    args = parser.parse_args(argv)
+    if args.op == "transform" and not args.artifact:
+        parser.error("transform needs --artifact (the packaged function)")
+    return args
+
+
+def to_config(args: argparse.Namespace, op_args: Dict[str, Any]) -> RunConfig:
+    return RunConfig(
+        op=args.op,
+        inputs=tuple(split_patterns(args.input)),
+        output=args.output.rstrip("/"),
+        artifact=args.artifact,
+        sha256=args.sha256,
+        format=args.format,
+        output_format=args.output_format,
+        num_workers=args.num_workers,
+        batch_size=args.batch_size,
+        on_error=OnError.parse(args.on_error),
+        max_error_rate=args.max_error_rate,
+        overwrite=bool(args.overwrite),
+        unit_mb=args.unit_mb,
+        timeout_s=args.timeout_s,
+        progress_s=args.progress_s,
+        op_args=op_args,
+    )
+
+
+def load_fn(args: argparse.Namespace) -> Optional[Callable[..., Any]]:
+    if not args.artifact:
+        return None
+    from torchx_datapipes import artifact
+
+    return artifact.load(args.artifact, sha256=args.sha256)  # type: ignore[no-any-return]
+
+
+def build_op(args: argparse.Namespace, cfg: RunConfig, fn: Optional[Callable[..., Any]]) -> Op:
+    if args.op == "transform":
+        from torchx_datapipes.runner.transform import TransformOp
+
+        assert fn is not None
+        return TransformOp(fn, cfg.output, cfg.output_format, cfg.on_error)
+    if args.op == "split":
+        from torchx_datapipes.runner.split import SplitOp
+
+        return SplitOp.from_args(args, cfg, fn)
+    from torchx_datapipes.runner.stats import StatsOp
+
+    return StatsOp.from_args(args, cfg, fn)
+
+
+def summary(manifest: Dict[str, Any]) -> str:
+    parts = [f"{manifest['op']} done: {manifest['records_in']:,} records in"]
+    for key in ("records_out", "filtered"):
+        if key in manifest:
+            parts.append(f"{manifest[key]:,} {key.replace('records_', '')}")
+    parts.append(f"{manifest['bad']:,} bad")
+    wall = manifest["wall_time_s"]
+    rate = manifest["records_in"] / wall if wall else 0.0
+    return ", ".join(parts) + f" in {wall:.2f}s ({rate:,.0f} rec/s)"
+
+
+@record
+def main(argv: Optional[List[str]] = None) -> Optional[Dict[str, Any]]:
+    args = parse_args(argv)
+    cfg = to_config(args, {})
+    fn = load_fn(args)
+    op = build_op(args, cfg, fn)
+    from torchx_datapipes.runner.apply import fn_name
+
+    manifest = run_op(cfg, op, fn_name(fn) if fn is not None else "fn")
+    if manifest is not None:
+        print(summary(manifest), file=sys.stderr, flush=True)
+        print(f"output: {cfg.output}  manifest: {cfg.output}/_SUCCESS", file=sys.stderr, flush=True)
+    return manifest

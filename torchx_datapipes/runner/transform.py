@@ -1,0 +1,49 @@
+"""The transform op: apply the user's function, write one part per unit."""
+
+from typing import Any, Callable, Dict, List
+
+from torchx_datapipes.io.formats import UnitReader
+from torchx_datapipes.io.fs import join
+from torchx_datapipes.io.units import Unit
+from torchx_datapipes.io.writers import PartWriter, encode_checked, part_name
+from torchx_datapipes.runner.apply import Applier
+from torchx_datapipes.runner.badrecords import ErrorSink
+
+
+class TransformOp:
+    name = "transform"
+
+    def __init__(self, fn: Callable[..., Any], output: str, output_format: str, on_error: Any) -> None:
+        self.fn, self.output, self.output_format, self.on_error = fn, output, output_format, on_error
+
+    def options(self) -> Dict[str, Any]:
+        return {}
+
+    def run(self, engine: Any) -> None:
+        engine.run_pass("main", self.process)
+
+    def process(self, unit: Unit, reader: UnitReader, sink: ErrorSink) -> Dict[str, Any]:
+        rel = part_name(unit.index, self.output_format)
+        writer = PartWriter(join(self.output, rel), self.output_format)
+        applier = Applier(self.fn, self.on_error)
+        try:
+            for out in applier.run(reader.batches(), sink):
+                if self.output_format == "jsonl":
+                    encoded, bad = encode_checked(out)
+                    for i, err in bad:
+                        sink.record_failed(0, out[i], TypeError(err), stage="serialize")
+                    writer.write_encoded(encoded)
+                else:
+                    writer.write(out)
+            writer.commit()
+        except BaseException:
+            writer.abort()
+            raise
+        return {"records_out": writer.records, "filtered": applier.filtered, "outputs": [rel]}
+
+    def finalize(self, engine: Any, metas: List[Dict[str, Any]]) -> Dict[str, Any]:
+        return {
+            "records_out": sum(m["records_out"] for m in metas),
+            "filtered": sum(m["filtered"] for m in metas),
+            "output": self.output,
+        }
