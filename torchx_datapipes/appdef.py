@@ -36,6 +36,8 @@ def resolve_fn(fn: str, store: Optional[str], backend: str) -> artifact.Artifact
         return artifact.ArtifactRef(url=fn, sha256=sha, backend="?", python="", torch="", cloudpickle="")
     if ":" not in fn:
         raise ValueError(f"--fn {fn!r} must look like my_file.py:clean, my_pkg.module:clean or an artifact URL")
+    if os.getcwd() not in sys.path:  # like `python -m`: the user's project modules resolve from the cwd
+        sys.path.insert(0, os.getcwd())
     if backend == "module":
         return artifact.package(fn, store, backend="module")
     return artifact.package(artifact.resolve_spec(fn), store, backend=backend)

@@ -31,9 +31,30 @@ class RecordError(InputError):
 
 
 def user_traceback(e: BaseException) -> str:
-    """The traceback of ``e`` without our own frame on top."""
+    """The traceback of ``e`` without our own frame on top.
+
+    cloudpickle replaces ``co_filename`` of by-value code with ``<dynamic-code>`` (to keep
+    payloads deterministic); line numbers survive, so we restore the file name and source
+    line from the function's ``__file__`` global when that file is readable here.
+    """
     tb = e.__traceback__.tb_next if e.__traceback__ is not None else None
-    return "".join(traceback.format_exception(type(e), e, tb))
+    frames = []
+    walk = tb
+    while walk is not None:
+        frame = walk.tb_frame
+        summary = traceback.FrameSummary(
+            frame.f_code.co_filename, walk.tb_lineno, frame.f_code.co_name, lookup_line=False
+        )
+        if summary.filename == "<dynamic-code>":
+            origin = frame.f_globals.get("__file__")
+            if isinstance(origin, str):
+                summary = traceback.FrameSummary(origin, walk.tb_lineno, summary.name, lookup_line=False)
+        frames.append(summary)
+        walk = walk.tb_next
+    stack = traceback.StackSummary.from_list(frames)
+    return "Traceback (most recent call last):\n" + "".join(stack.format()) + "".join(
+        traceback.format_exception_only(type(e), e)
+    )
 
 
 class ErrorSink:

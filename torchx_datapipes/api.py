@@ -1,0 +1,123 @@
+"""Python API: live callables to AppDefs, and ``run()`` that waits and returns the manifest.
+
+    from torchx_datapipes import api
+    app = api.transform(lambda r: {**r, "n": len(r["text"].split())}, input="data/*.jsonl",
+                        output="out/n", j="1x2")
+    result = api.run(app)          # local_cwd by default; raises JobFailedError on failure
+    result.manifest["records_out"]
+"""
+
+import os
+from dataclasses import dataclass
+from typing import Any, Callable, Dict, Optional, Union
+
+from torchx import specs
+
+from torchx_datapipes import artifact, components
+from torchx_datapipes.appdef import META_OP, META_OUTPUT, default_store
+from torchx_datapipes.errors import DatapipesError
+from torchx_datapipes.io.fs import join, read_bytes
+from torchx_datapipes.io.manifest import read_manifest
+
+Fn = Union[Callable[..., Any], str]
+
+
+class JobFailedError(DatapipesError):
+    """The job ended in a state other than SUCCEEDED; the message carries the job's error."""
+
+
+@dataclass(frozen=True)
+class RunResult:
+    app_handle: str
+    state: str
+    output: Optional[str]
+    manifest: Optional[Dict[str, Any]]
+    log_dir: Optional[str]
+    result: Optional[Dict[str, Any]] = None  # parsed stats.json for stats jobs
+
+    @property
+    def succeeded(self) -> bool:
+        return self.state == "SUCCEEDED"
+
+
+def _fn_arg(fn: Fn, artifact_store: Optional[str], backend: str) -> str:
+    """A live callable is packaged here; strings pass through to the component."""
+    if isinstance(fn, str):
+        return fn
+    ref = artifact.package(fn, artifact_store or default_store(), backend=backend)
+    return ref.url
+
+
+def transform(
+    fn: Fn,
+    input: str,
+    output: str,
+    j: str = "1x2",
+    artifact_store: Optional[str] = None,
+    backend: str = "cloudpickle",
+    **kwargs: Any,
+) -> specs.AppDef:
+    """Build the transform AppDef; ``fn`` may be a live callable (lambda, closure, ...)."""
+    fn_arg = _fn_arg(fn, artifact_store, backend)
+    return components.transform(
+        fn=fn_arg, input=input, output=output, j=j, artifact_store=artifact_store, backend=backend, **kwargs
+    )
+
+
+def run(
+    app: specs.AppDef,
+    scheduler: str = "local_cwd",
+    cfg: Optional[Dict[str, Any]] = None,
+    wait: bool = True,
+    log_dir: Optional[str] = None,
+) -> RunResult:
+    """Submit ``app``; by default wait and return the manifest, raising ``JobFailedError`` on failure.
+
+    Scheduler options come from ``cfg`` then ``.torchxconfig`` in the working directory.
+    Logs go to ``log_dir`` (default ``.torchx/logs``) for local schedulers.
+    """
+    from torchx.runner import get_runner
+    from torchx.runner.config import apply
+
+    cfg = dict(cfg or {})
+    if scheduler.startswith("local"):
+        cfg.setdefault("log_dir", log_dir or os.path.abspath(os.path.join(".torchx", "logs")))
+    apply(scheduler, cfg)
+    output = app.metadata.get(META_OUTPUT)
+    with get_runner() as runner:
+        handle = runner.run(app, scheduler, cfg=cfg)
+        if not wait:
+            return RunResult(handle, "SUBMITTED", output, None, cfg.get("log_dir"))
+        status = runner.wait(handle, wait_interval=0.5)
+        state = status.state.name if status is not None else "UNKNOWN"
+        if state != "SUCCEEDED":
+            raise JobFailedError(_failure_message(runner, handle, state, status, cfg.get("log_dir")))
+    manifest = read_manifest(output) if output else None
+    result = None
+    if output and app.metadata.get(META_OP) == "stats":
+        import orjson
+
+        result = orjson.loads(read_bytes(join(output, "stats.json")))
+    return RunResult(handle, state, output, manifest, cfg.get("log_dir"), result)
+
+
+def _failure_message(runner: Any, handle: str, state: str, status: Any, log_dir: Optional[str]) -> str:
+    msg = f"job {handle} ended {state}"
+    if status is not None and getattr(status, "msg", ""):
+        msg += f": {status.msg}"
+    errors = []
+    for role in getattr(status, "roles", []) or []:
+        for rep in getattr(role, "replicas", []) or []:
+            if getattr(rep, "structured_error_msg", "") and rep.structured_error_msg != "<NONE>":
+                errors.append(rep.structured_error_msg)
+    if errors:
+        msg += "\n" + "\n".join(errors[:2])
+    try:
+        role = runner.describe(handle).roles[0].name
+        lines = list(runner.log_lines(handle, role, k=0, streams=None))[-30:]
+        msg += "\n--- last log lines ---\n" + "".join(lines)
+    except Exception:  # logs are a courtesy; the state above is the truth
+        pass
+    if log_dir:
+        msg += f"\nlogs: {log_dir}"
+    return msg
