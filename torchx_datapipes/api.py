@@ -121,3 +121,37 @@ def _failure_message(runner: Any, handle: str, state: str, status: Any, log_dir:
     if log_dir:
         msg += f"\nlogs: {log_dir}"
     return msg
+
+
+def split(
+    input: str,
+    output: str,
+    fractions: str = "train=0.8,val=0.1,test=0.1",
+    fn: Optional[Fn] = None,
+    j: str = "1x2",
+    artifact_store: Optional[str] = None,
+    backend: str = "cloudpickle",
+    **kwargs: Any,
+) -> specs.AppDef:
+    """Build the split AppDef; ``fn`` (optional) may be a live callable applied before splitting."""
+    fn_arg = _fn_arg(fn, artifact_store, backend) if fn is not None else None
+    return components.split(
+        input=input, output=output, fractions=fractions, fn=fn_arg, j=j,
+        artifact_store=artifact_store, backend=backend, **kwargs,
+    )  # fmt: skip
+
+
+def stats(
+    input: str,
+    output: str,
+    fn: Optional[Fn] = None,
+    j: str = "1x2",
+    artifact_store: Optional[str] = None,
+    backend: str = "cloudpickle",
+    **kwargs: Any,
+) -> specs.AppDef:
+    """Build the stats AppDef; ``api.run(app).result`` is the parsed stats.json."""
+    fn_arg = _fn_arg(fn, artifact_store, backend) if fn is not None else None
+    return components.stats(
+        input=input, output=output, fn=fn_arg, j=j, artifact_store=artifact_store, backend=backend, **kwargs
+    )

@@ -54,10 +54,20 @@ def validate_io(input: str, output: str, overwrite: bool) -> None:
         raise ValueError("--input is empty; pass a glob such as 'data/*.jsonl'")
     if local:
         expand_inputs(local)
-    if not overwrite and has_success(output):
+    if not overwrite and _complete(output):
         raise FileExistsError(
             f"{success_url(output)} exists: the output is complete. Pass --overwrite True to replace it"
         )
+
+
+def _complete(output: str) -> bool:
+    """Whether ``output`` has ``_SUCCESS``; remote stores we cannot reach from here are left to the runner."""
+    if not _is_remote(output):
+        return has_success(output)
+    try:
+        return has_success(output)
+    except Exception:  # no credentials/network on the client: the runner refuses it at start instead
+        return False
 
 
 def runner_app(
@@ -111,3 +121,20 @@ def runner_app(
 
 def bool_flag(name: str, value: bool) -> List[str]:
     return [f"--{name}", "True"] if value else []
+
+
+def fn_args(fn: Optional[str], store: Optional[str], backend: str) -> List[str]:
+    """Runner arguments for an optional ``--fn``."""
+    if not fn:
+        return []
+    ref = resolve_fn(fn, store, backend)
+    return ["--artifact", ref.url, "--sha256", ref.sha256]
+
+
+def validate_split(fractions: str, method: str) -> None:
+    """Refuse bad fractions or methods on the client, with the parsed value shown."""
+    from torchx_datapipes.split import parse_fractions
+
+    parse_fractions(fractions)
+    if method not in ("hash", "exact"):
+        raise ValueError(f"--method must be hash or exact, got {method!r}")

@@ -86,9 +86,8 @@ def transform(
         max_retries: scheduler-level retries of the whole job (not honoured by local_cwd)
     """
     _appdef.validate_io(input, output, overwrite)
-    ref = _appdef.resolve_fn(fn, artifact_store, backend)
     args = [
-        *("--input", input, "--output", output, "--artifact", ref.url, "--sha256", ref.sha256),
+        *("--input", input, "--output", output, *_appdef.fn_args(fn, artifact_store, backend)),
         *("--format", format, "--output_format", output_format, "--num_workers", str(num_workers)),
         *("--batch_size", str(batch_size), "--on_error", on_error, "--max_error_rate", str(max_error_rate)),
         *("--unit_mb", str(unit_mb)),
@@ -96,5 +95,176 @@ def transform(
     ]
     return _appdef.runner_app(
         "transform", args, output, name, image, h, cpu, gpu, memMB, j, env, mounts, rdzv_port,
+        max_restarts, max_retries,
+    )  # fmt: skip
+
+
+def split(
+    input: str,
+    output: str,
+    fractions: str = "train=0.8,val=0.1,test=0.1",
+    key: Optional[str] = None,
+    method: str = "hash",
+    stratify: Optional[str] = None,
+    seed: int = 0,
+    fn: Optional[str] = None,
+    format: str = "auto",
+    output_format: str = "jsonl",
+    num_workers: int = 1,
+    batch_size: int = 1024,
+    on_error: str = "raise",
+    max_error_rate: float = 1.0,
+    max_restarts: int = 0,
+    overwrite: bool = False,
+    artifact_store: Optional[str] = None,
+    backend: str = "cloudpickle",
+    unit_mb: float = 64.0,
+    name: str = "/split",
+    image: str = torchx.IMAGE,
+    h: Optional[str] = None,
+    cpu: int = 2,
+    gpu: int = 0,
+    memMB: int = 1024,
+    j: str = "1x2",
+    env: Optional[Dict[str, str]] = None,
+    mounts: Optional[List[str]] = None,
+    rdzv_port: int = 29500,
+    max_retries: int = 0,
+) -> specs.AppDef:
+    """Split a data set into named parts (train/val/test/...) reproducibly, for any -j.
+
+    Writes ``OUTPUT/<split>/part-NNNNN.jsonl`` and ``OUTPUT/_SUCCESS`` with counts per split (and per
+    class when stratified), the options and the seed. See docs/split.md for the guarantees.
+
+    Args:
+        input: input files: a path, a glob such as 'data/*.jsonl', a directory, or several separated
+            by commas; local, s3:// or any fsspec URL
+        output: output directory
+        fractions: named fractions in (0, 1] summing to 1, e.g. train=0.8,val=0.1,test=0.1
+        key: field(s) whose value decides the split, e.g. id or user_id,session; default: the whole
+            record (exact duplicates always land in the same split)
+        method: hash (stable: a record's split depends only on seed and key, appending files moves
+            nothing) or exact (exact counts by largest remainder; needs a counting pass)
+        stratify: a class field; every class is split in the given proportions
+        seed: changes the assignment; the same seed always gives the same split
+        fn: optional transform applied before splitting (file.py:fn, pkg.module:fn or artifact URL)
+        format: input format: auto (by extension), jsonl, csv, text or parquet
+        output_format: jsonl or parquet
+        num_workers: worker processes per rank
+        batch_size: records per batch
+        on_error: raise (stop at the first bad record) or skip (write bad records to OUTPUT/_errors/)
+        max_error_rate: with on_error=skip, fail the job when bad records / input records exceeds this
+        max_restarts: torchrun restarts of failed ranks; restarted ranks skip committed units
+        overwrite: replace an output that already has _SUCCESS
+        artifact_store: where the client uploads the fn artifact (s3://... for clusters)
+        backend: how fn is shipped: cloudpickle, torch.package or module
+        unit_mb: target size in MB of a unit of work
+        name: job name, {experimentname}/{runname}
+        image: image (e.g. docker) for non-local schedulers
+        h: a registered named resource (takes precedence over cpu, gpu, memMB)
+        cpu: number of cpus per replica
+        gpu: number of gpus per replica
+        memMB: cpu memory in MB per replica
+        j: [{min_nnodes}:]{nnodes}x{nproc_per_node}: nodes and ranks per node
+        env: environment variables for the job (e.g. ENV1=v1,ENV2=v2)
+        mounts: mounts for the job's containers (type=<bind/volume>,src=/host,dst=/job[,readonly])
+        rdzv_port: rendezvous port on rank 0's host for multi-node jobs
+        max_retries: scheduler-level retries of the whole job (not honoured by local_cwd)
+    """
+    _appdef.validate_io(input, output, overwrite)
+    _appdef.validate_split(fractions, method)
+    args = [
+        *("--input", input, "--output", output, "--fractions", fractions, "--method", method),
+        *("--seed", str(seed), "--key", key or "", "--stratify", stratify or ""),
+        *("--format", format, "--output_format", output_format, "--num_workers", str(num_workers)),
+        *("--batch_size", str(batch_size), "--on_error", on_error, "--max_error_rate", str(max_error_rate)),
+        *("--unit_mb", str(unit_mb)),
+        *_appdef.fn_args(fn, artifact_store, backend),
+        *_appdef.bool_flag("overwrite", overwrite),
+    ]
+    return _appdef.runner_app(
+        "split", args, output, name, image, h, cpu, gpu, memMB, j, env, mounts, rdzv_port,
+        max_restarts, max_retries,
+    )  # fmt: skip
+
+
+def stats(
+    input: str,
+    output: str,
+    fields: Optional[str] = None,
+    quantiles: str = "0.01,0.05,0.25,0.5,0.75,0.95,0.99",
+    top_k: int = 20,
+    bins: int = 30,
+    fn: Optional[str] = None,
+    format: str = "auto",
+    num_workers: int = 1,
+    batch_size: int = 4096,
+    on_error: str = "raise",
+    max_error_rate: float = 1.0,
+    max_restarts: int = 0,
+    overwrite: bool = False,
+    artifact_store: Optional[str] = None,
+    backend: str = "cloudpickle",
+    unit_mb: float = 64.0,
+    name: str = "/stats",
+    image: str = torchx.IMAGE,
+    h: Optional[str] = None,
+    cpu: int = 2,
+    gpu: int = 0,
+    memMB: int = 1024,
+    j: str = "1x2",
+    env: Optional[Dict[str, str]] = None,
+    mounts: Optional[List[str]] = None,
+    rdzv_port: int = 29500,
+    max_retries: int = 0,
+) -> specs.AppDef:
+    """Compute one-pass, mergeable summary statistics of a data set and an HTML report.
+
+    Writes ``OUTPUT/stats.json`` (schema in docs/stats-schema.md), ``OUTPUT/report.html`` (a
+    self-contained page with a histogram per numeric field and a top-k chart per string field),
+    ``OUTPUT/stats.md`` and ``OUTPUT/_SUCCESS`` last.
+
+    Args:
+        input: input files: a path, a glob such as 'data/*.jsonl', a directory, or several separated
+            by commas; local, s3:// or any fsspec URL
+        output: output directory
+        fields: comma-separated fields to describe (default: every top-level field)
+        quantiles: comma-separated quantiles in [0, 1] to report
+        top_k: most frequent values to report per string field
+        bins: bins of the equal-width histograms
+        fn: optional transform applied first (stats of the transformed records)
+        format: input format: auto (by extension), jsonl, csv, text or parquet
+        num_workers: worker processes per rank
+        batch_size: records per batch (statistics are accumulated per batch, vectorised)
+        on_error: raise (stop at the first bad record) or skip (count it, write it to OUTPUT/_errors/)
+        max_error_rate: with on_error=skip, fail the job when bad records / input records exceeds this
+        max_restarts: torchrun restarts of failed ranks; restarted ranks skip committed units
+        overwrite: replace an output that already has _SUCCESS
+        artifact_store: where the client uploads the fn artifact (s3://... for clusters)
+        backend: how fn is shipped: cloudpickle, torch.package or module
+        unit_mb: target size in MB of a unit of work
+        name: job name, {experimentname}/{runname}
+        image: image (e.g. docker) for non-local schedulers
+        h: a registered named resource (takes precedence over cpu, gpu, memMB)
+        cpu: number of cpus per replica
+        gpu: number of gpus per replica
+        memMB: cpu memory in MB per replica
+        j: [{min_nnodes}:]{nnodes}x{nproc_per_node}: nodes and ranks per node
+        env: environment variables for the job (e.g. ENV1=v1,ENV2=v2)
+        mounts: mounts for the job's containers (type=<bind/volume>,src=/host,dst=/job[,readonly])
+        rdzv_port: rendezvous port on rank 0's host for multi-node jobs
+        max_retries: scheduler-level retries of the whole job (not honoured by local_cwd)
+    """
+    _appdef.validate_io(input, output, overwrite)
+    args = [
+        *("--input", input, "--output", output, "--fields", fields or "", "--quantiles", quantiles),
+        *("--top_k", str(top_k), "--bins", str(bins), "--format", format, "--num_workers", str(num_workers)),
+        *("--batch_size", str(batch_size), "--on_error", on_error, "--max_error_rate", str(max_error_rate)),
+        *("--unit_mb", str(unit_mb)),
+        *_appdef.fn_args(fn, artifact_store, backend),
+        *_appdef.bool_flag("overwrite", overwrite),
+    ]
+    return _appdef.runner_app(
+        "stats", args, output, name, image, h, cpu, gpu, memMB, j, env, mounts, rdzv_port,
         max_restarts, max_retries,
     )  # fmt: skip
