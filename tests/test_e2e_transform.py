@@ -16,7 +16,7 @@ from tdp_testutil import TORCHX, VENV_BIN, canon, make_dataset, manifest, part_b
 pytestmark = pytest.mark.e2e
 
 TRANSFORMS = textwrap.dedent(
-    '''
+    """
     import os
     import time
 
@@ -31,7 +31,7 @@ TRANSFORMS = textwrap.dedent(
             open(marker, "w").close()
         time.sleep(0.004)
         return rec
-    '''
+    """
 )
 
 
@@ -57,7 +57,9 @@ def project(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def records(project: Path) -> List[Dict[str, Any]]:
-    return [json.loads(x) for p in sorted((project / "data").glob("*.jsonl")) for x in p.read_text().splitlines()]
+    return [
+        json.loads(x) for p in sorted((project / "data").glob("*.jsonl")) for x in p.read_text().splitlines()
+    ]
 
 
 def transform_args(out: str, j: str, *extra: str) -> List[str]:
@@ -142,16 +144,21 @@ def test_python_api_with_lambda_and_closure_in_main(project: Path, records: List
                                     output="out/api_lambda", j="1x2")
                 result = api.run(app)
                 print("LAMBDA", result.state, result.manifest["records_out"])
-                result = api.run(api.transform(make(2), input="data/*.jsonl", output="out/api_closure", j="1x1"))
+                app = api.transform(make(2), input="data/*.jsonl", output="out/api_closure", j="1x1")
+                result = api.run(app)
                 print("CLOSURE", result.state, result.manifest["records_out"])
                 try:
-                    api.run(api.transform(lambda r: r["nope"], input="data/*.jsonl", output="out/api_bad", j="1x1"))
+                    bad = api.transform(lambda r: r["nope"], input="data/*.jsonl",
+                                        output="out/api_bad", j="1x1")
+                    api.run(bad)
                 except api.JobFailedError as e:
                     print("FAILED", str(e).replace(chr(10), " | "))
             """
         )
     )
-    res = subprocess.run([sys.executable, str(script)], cwd=project, capture_output=True, text=True, timeout=300)
+    res = subprocess.run(
+        [sys.executable, str(script)], cwd=project, capture_output=True, text=True, timeout=300
+    )
     assert res.returncode == 0, res.stdout + res.stderr
     assert "LAMBDA SUCCEEDED 1001" in res.stdout and "CLOSURE SUCCEEDED 1001" in res.stdout
     failed = next(line for line in res.stdout.splitlines() if line.startswith("FAILED"))
@@ -171,7 +178,9 @@ def test_sigkill_of_a_worker_recovers_with_max_restarts(project: Path, records: 
         "--max_restarts", "1", "--env", f"TDP_TEST_PIDS={pids}",
     ]  # fmt: skip
     env = {**os.environ, "PATH": f"{VENV_BIN}:{os.environ['PATH']}"}
-    proc = subprocess.Popen([TORCHX, *args], cwd=project, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    proc = subprocess.Popen(
+        [TORCHX, *args], cwd=project, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
     units = project / "out/killed/_units"
     deadline = time.time() + 120
     victim = None
@@ -190,7 +199,9 @@ def test_sigkill_of_a_worker_recovers_with_max_restarts(project: Path, records: 
     assert len(got) == len(records) and canon(got) == canon(records)
 
 
-@pytest.mark.parametrize("scheduler,extra", [("kubernetes", ["--workspace", "", "-cfg", "queue=default"]), ("slurm", [])])
+@pytest.mark.parametrize(
+    "scheduler,extra", [("kubernetes", ["--workspace", "", "-cfg", "queue=default"]), ("slurm", [])]
+)
 def test_dryrun_other_schedulers(project: Path, scheduler: str, extra: List[str]) -> None:
     args = [
         "run", "--dryrun", "-s", scheduler, *extra, "torchx_datapipes.components:transform",

@@ -85,7 +85,9 @@ def test_formats(tmp_path: Path) -> None:
     recs = records(12)
     d = tmp_path / "d"
     write_jsonl(d / "a.jsonl.gz", recs[:4], compress=True)
-    (d / "b.jsonl.zst").write_bytes(zstandard.ZstdCompressor().compress(b"".join(orjson.dumps(r) + b"\n" for r in recs[4:8])))
+    (d / "b.jsonl.zst").write_bytes(
+        zstandard.ZstdCompressor().compress(b"".join(orjson.dumps(r) + b"\n" for r in recs[4:8]))
+    )
     pq.write_table(pa.Table.from_pylist(recs[8:]), d / "c.parquet", row_group_size=2)
     run(tmp_path, identity, str(d / "*"), "o1")
     assert canon(read_output(tmp_path / "o1")) == canon(recs)
@@ -94,7 +96,9 @@ def test_formats(tmp_path: Path) -> None:
     (tmp_path / "t/a.csv").write_text("id,name\n1,ann\n2,bob\n")
     (tmp_path / "t/b.txt").write_text("hello\n\nworld")
     run(tmp_path, identity, str(tmp_path / "t/*"), "o2")
-    assert canon(read_output(tmp_path / "o2")) == canon([{"id": "1", "name": "ann"}, {"id": "2", "name": "bob"}, "hello", "world"])
+    assert canon(read_output(tmp_path / "o2")) == canon(
+        [{"id": "1", "name": "ann"}, {"id": "2", "name": "bob"}, "hello", "world"]
+    )
 
     run(tmp_path, identity, str(d / "c.parquet"), "o3", "--output_format", "parquet")
     parts = sorted((tmp_path / "o3").glob("part-*.parquet"))
@@ -138,7 +142,12 @@ def test_on_error_raise_names_file_line_and_traceback(tmp_path: Path) -> None:
     with pytest.raises(RecordError) as ei:
         run(tmp_path, boom, str(tmp_path / "d/*.jsonl"))
     msg = str(ei.value)
-    assert "part-0.jsonl, line 4" in msg and "KeyError" in msg and "missing_field" in msg and "--on_error skip" in msg
+    assert (
+        "part-0.jsonl, line 4" in msg
+        and "KeyError" in msg
+        and "missing_field" in msg
+        and "--on_error skip" in msg
+    )
     assert 'raise KeyError("missing_field")' in msg
     assert not (tmp_path / "out/_SUCCESS").exists()
 

@@ -1,10 +1,10 @@
 """Python API: live callables to AppDefs, and ``run()`` that waits and returns the manifest.
 
-    from torchx_datapipes import api
-    app = api.transform(lambda r: {**r, "n": len(r["text"].split())}, input="data/*.jsonl",
-                        output="out/n", j="1x2")
-    result = api.run(app)          # local_cwd by default; raises JobFailedError on failure
-    result.manifest["records_out"]
+from torchx_datapipes import api
+app = api.transform(lambda r: {**r, "n": len(r["text"].split())}, input="data/*.jsonl",
+                    output="out/n", j="1x2")
+result = api.run(app)          # local_cwd by default; raises JobFailedError on failure
+result.manifest["records_out"]
 """
 
 import os
@@ -103,13 +103,14 @@ def run(
 
 def _failure_message(runner: Any, handle: str, state: str, status: Any, log_dir: Optional[str]) -> str:
     msg = f"job {handle} ended {state}"
-    if status is not None and getattr(status, "msg", ""):
+    if status is not None and getattr(status, "msg", "") not in ("", "<NONE>"):
         msg += f": {status.msg}"
     errors = []
     for role in getattr(status, "roles", []) or []:
         for rep in getattr(role, "replicas", []) or []:
-            if getattr(rep, "structured_error_msg", "") and rep.structured_error_msg != "<NONE>":
-                errors.append(rep.structured_error_msg)
+            err = str(getattr(rep, "structured_error_msg", "") or "")
+            if err and err != "<NONE>":
+                errors.append(err)
     if errors:
         msg += "\n" + "\n".join(errors[:2])
     try:

@@ -35,7 +35,9 @@ def resolve_fn(fn: str, store: Optional[str], backend: str) -> artifact.Artifact
         sha = artifact.sha256_of_url(fn)
         return artifact.ArtifactRef(url=fn, sha256=sha, backend="?", python="", torch="", cloudpickle="")
     if ":" not in fn:
-        raise ValueError(f"--fn {fn!r} must look like my_file.py:clean, my_pkg.module:clean or an artifact URL")
+        raise ValueError(
+            f"--fn {fn!r} must look like my_file.py:clean, my_pkg.module:clean or an artifact URL"
+        )
     if os.getcwd() not in sys.path:  # like `python -m`: the user's project modules resolve from the cwd
         sys.path.insert(0, os.getcwd())
     if backend == "module":
@@ -113,7 +115,7 @@ def runner_app(
     # elsewhere the directory does not exist and PATH lookup falls through to the image's.
     bindir = shlex.quote(os.path.dirname(sys.executable))
     restarts = f"--max_restarts {int(max_restarts)} " if max_restarts else ""
-    role.args[-1] = f'PATH={bindir}:"$PATH" torchrun {restarts}{cmd[len("torchrun "):]}'
+    role.args[-1] = f'PATH={bindir}:"$PATH" torchrun {restarts}{cmd[len("torchrun ") :]}'
     role.name = op
     app.metadata = {META_OUTPUT: output, META_OP: op}
     return app

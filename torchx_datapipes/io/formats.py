@@ -93,8 +93,9 @@ class BadRecord:
 class UnitReader:
     """Streams one unit's records in batches of ``(records, lines)``.
 
-    ``lines`` are 1-based and local to the unit; :meth:`absolute` maps them to the file. Unparseable records are appended to
-    ``bad`` (the caller decides whether to raise or skip); blank lines are counted.
+    ``lines`` are 1-based and local to the unit; :meth:`absolute` maps them to the file.
+    Unparseable records are appended to ``bad`` (the caller decides whether to raise or
+    skip); blank lines are counted.
     """
 
     def __init__(self, unit: "Unit", batch_size: int = 1024) -> None:

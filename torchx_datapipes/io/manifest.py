@@ -52,8 +52,9 @@ def read_manifest(output: str) -> Dict[str, Any]:
     url = success_url(output)
     try:
         data: Dict[str, Any] = orjson.loads(read_bytes(url))
-    except FileNotFoundError:
-        raise FileNotFoundError(f"{url} does not exist: the job did not finish, so the output is incomplete")
+    except FileNotFoundError as e:
+        msg = f"{url} does not exist: the job did not finish, so the output is incomplete"
+        raise FileNotFoundError(msg) from e
     return data
 
 

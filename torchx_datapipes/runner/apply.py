@@ -1,6 +1,6 @@
 """Apply a user function of any declared kind to a unit's record stream."""
 
-from typing import Any, Callable, Iterable, Iterator, List, Tuple
+from typing import Any, Callable, Iterable, Iterator, List, Tuple, cast
 
 from torchx_datapipes.kinds import FnKind, kind_of
 from torchx_datapipes.runner.badrecords import ErrorSink, OnError, RecordError
@@ -35,7 +35,7 @@ class Applier:
         sink.drain_parse_errors()
 
     def _per_record(self, recs: List[Any], lines: List[int], sink: ErrorSink) -> List[Any]:
-        fn, out = self.fn, []
+        fn, out = self.fn, cast(List[Any], [])
         append, extend = out.append, out.extend
         filtered = 0
         for i, rec in enumerate(recs):

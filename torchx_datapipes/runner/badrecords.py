@@ -52,8 +52,10 @@ def user_traceback(e: BaseException) -> str:
         frames.append(summary)
         walk = walk.tb_next
     stack = traceback.StackSummary.from_list(frames)
-    return "Traceback (most recent call last):\n" + "".join(stack.format()) + "".join(
-        traceback.format_exception_only(type(e), e)
+    return (
+        "Traceback (most recent call last):\n"
+        + "".join(stack.format())
+        + "".join(traceback.format_exception_only(type(e), e))
     )
 
 

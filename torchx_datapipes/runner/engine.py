@@ -251,7 +251,11 @@ class Engine:
 
 def _unit_summary(m: Dict[str, Any]) -> Dict[str, Any]:
     skip = {"fingerprint", "unit"}
-    return {"unit": m["unit"]["index"], "path": m["unit"]["path"], **{k: v for k, v in m.items() if k not in skip}}
+    return {
+        "unit": m["unit"]["index"],
+        "path": m["unit"]["path"],
+        **{k: v for k, v in m.items() if k not in skip},
+    }
 
 
 def run_op(cfg: RunConfig, op: Op, fn_label: str = "fn") -> Optional[Dict[str, Any]]:

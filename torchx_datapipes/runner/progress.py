@@ -22,7 +22,13 @@ class Progress:
         out: TextIO = sys.stderr,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        self.label, self.total, self.every, self.out, self.clock = label, max(total_bytes, 1), every_s, out, clock
+        self.label, self.total, self.every, self.out, self.clock = (
+            label,
+            max(total_bytes, 1),
+            every_s,
+            out,
+            clock,
+        )
         self.t0 = self.last = clock()
         self.records = 0
         self.bytes_before = 0  # bytes of units already finished
