@@ -1,0 +1,85 @@
+"""Matplotlib charts rendered to PNG bytes with the Agg canvas.
+
+We build ``matplotlib.figure.Figure`` objects directly instead of using pyplot: no global
+figure registry, no backend switch for the caller's process, safe in worker threads.
+"""
+
+from __future__ import annotations
+
+import io
+from typing import Any
+
+try:
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+except ImportError as e:  # pragma: no cover - depends on the install
+    raise ImportError("the stats report needs matplotlib: pip install 'torchx-datapipes[stats]'") from e
+
+from torchx_datapipes.stats.summary import fmt, shorten
+
+_BAR = "#4c78a8"
+_ACCENT = "#e45756"
+_DPI = 100
+
+
+def histogram_png(name: str, num: dict[str, Any]) -> bytes:
+    """Equal-width histogram of a numeric section, with the median marked."""
+    hist = num["histogram"]
+    edges, counts = hist["edges"], hist["counts"]
+    fig = _figure(5.6, 2.8)
+    fig.subplots_adjust(left=0.12, right=0.98, top=0.89, bottom=0.11)
+    ax = fig.add_subplot()
+    widths = [b - a for a, b in zip(edges[:-1], edges[1:], strict=True)] or [1.0]
+    if len(counts) == 1 and widths[0] == 0:
+        widths = [max(abs(edges[0]) * 0.05, 0.5)]
+        edges = [edges[0] - widths[0] / 2, edges[0] + widths[0] / 2]
+    ax.bar(edges[:-1], counts, width=widths, align="edge", color=_BAR, edgecolor="white", linewidth=0.4)
+    if num.get("median") is not None:
+        ax.axvline(
+            num["median"], color=_ACCENT, linestyle="--", linewidth=1.2, label=f"median {fmt(num['median'])}"
+        )
+        ax.legend(fontsize=8, loc="best", framealpha=0.9, edgecolor="none")
+    note = "exact" if hist["exact"] else f"±{100 * hist['count_error']:.2g}% of n per bin"
+    ax.set_title(f"{shorten(name, 50)} — histogram ({note})", fontsize=9, loc="left")
+    ax.set_ylabel("count", fontsize=8)
+    _style(ax)
+    return _png(fig)
+
+
+def top_k_png(name: str, s: dict[str, Any]) -> bytes:
+    """Horizontal bar chart of the most frequent strings, largest on top."""
+    top = s["top"]
+    labels = [shorten(t["value"], 28) or "(empty)" for t in reversed(top)]
+    counts = [t["count"] for t in reversed(top)]
+    height = max(1.4, 0.24 * len(top) + 0.8)
+    fig = _figure(5.6, height)
+    # fixed margins (cheaper than constrained layout): room for the longest label and the title
+    left = min(0.45, 0.05 + 0.0115 * max(map(len, labels), default=1))
+    fig.subplots_adjust(left=left, right=0.97, top=1 - 0.4 / height, bottom=0.35 / height)
+    ax = fig.add_subplot()
+    ax.barh(range(len(top)), counts, color=_BAR, height=0.7)
+    ax.set_yticks(range(len(top)), labels, fontsize=7)
+    note = "exact counts" if s["top_exact"] else f"counts ±{fmt(s['top_max_error'])}"
+    ax.set_title(f"{shorten(name, 50)} — top {len(top)} values ({note})", fontsize=9, loc="left")
+    _style(ax)
+    return _png(fig)
+
+
+def _figure(width: float, height: float) -> Figure:
+    fig = Figure(figsize=(width, height), dpi=_DPI)
+    FigureCanvasAgg(fig)
+    return fig
+
+
+def _style(ax: Any) -> None:
+    ax.tick_params(labelsize=7)
+    for side in ("top", "right"):
+        ax.spines[side].set_visible(False)
+    ax.grid(axis="both", alpha=0.25, linewidth=0.5)
+    ax.set_axisbelow(True)
+
+
+def _png(fig: Figure) -> bytes:
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=_DPI)
+    return buf.getvalue()

@@ -1,0 +1,134 @@
+"""Numeric accumulator: exact counts and moments, KLL quantiles and histograms.
+
+NaN and +/-inf are counted and excluded from everything else (moments, min/max, quantiles,
+histograms), so those describe the finite values only.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from torchx_datapipes.stats import sketches
+from torchx_datapipes.stats.config import StatsConfig
+from torchx_datapipes.stats.moments import FloatArray, Moments
+
+
+class NumericAcc:
+    """Statistics of int and float values (bools are counted separately, not here)."""
+
+    def __init__(self, config: StatsConfig) -> None:
+        self.config = config
+        self.count = 0
+        self.nan = 0
+        self.pos_inf = 0
+        self.neg_inf = 0
+        self.zeros = 0
+        self.moments = Moments()
+        self.kll = sketches.new_kll(config.kll_k)
+
+    def update(self, values: FloatArray) -> None:
+        """Add one batch as a float64 array; the sketch takes the whole array at once."""
+        if values.size == 0:
+            return
+        self.count += int(values.size)
+        finite_mask = np.isfinite(values)
+        if finite_mask.all():
+            finite = values
+        else:
+            finite = values[finite_mask]
+            self.nan += int(np.count_nonzero(np.isnan(values)))
+            self.pos_inf += int(np.count_nonzero(values == np.inf))
+            self.neg_inf += int(np.count_nonzero(values == -np.inf))
+        if finite.size == 0:
+            return
+        self.zeros += int(finite.size - np.count_nonzero(finite))
+        self.moments.update(finite)
+        self.kll.update(finite)
+
+    def merge(self, other: NumericAcc) -> None:
+        self.count += other.count
+        self.nan += other.nan
+        self.pos_inf += other.pos_inf
+        self.neg_inf += other.neg_inf
+        self.zeros += other.zeros
+        self.moments.merge(other.moments)
+        self.kll.merge(other.kll)
+
+    def state(self, blobs: sketches.Blobs) -> dict[str, Any]:
+        return {
+            "count": self.count,
+            "nan": self.nan,
+            "pos_inf": self.pos_inf,
+            "neg_inf": self.neg_inf,
+            "zeros": self.zeros,
+            "moments": self.moments.state(),
+            "kll": blobs.put(self.kll.serialize()),
+        }
+
+    @staticmethod
+    def from_state(d: dict[str, Any], blobs: sketches.Blobs, config: StatsConfig) -> NumericAcc:
+        acc = NumericAcc(config)
+        acc.count, acc.nan, acc.pos_inf, acc.neg_inf = d["count"], d["nan"], d["pos_inf"], d["neg_inf"]
+        acc.zeros = d["zeros"]
+        acc.moments = Moments.from_state(d["moments"])
+        acc.kll = sketches.load_kll(blobs.get(d["kll"]))
+        return acc
+
+    def result(self) -> dict[str, Any]:
+        finite = self.moments.count
+        out: dict[str, Any] = {
+            "count": self.count,
+            "finite": finite,
+            "nan": self.nan,
+            "pos_inf": self.pos_inf,
+            "neg_inf": self.neg_inf,
+            "zeros": self.zeros,
+            **self.moments.result(),
+        }
+        out.update(self._sketch_result())
+        return out
+
+    def _sketch_result(self) -> dict[str, Any]:
+        exact = not self.kll.is_estimation_mode()
+        out: dict[str, Any] = {
+            "quantile_rank_error": 0.0 if exact else float(self.kll.normalized_rank_error(False)),
+            "quantiles_exact": exact,
+            "median": None,
+            "quantiles": [{"q": q, "value": None} for q in self.config.quantiles],
+            "histogram": None,
+            "quantile_histogram": None,
+        }
+        if self.kll.is_empty():
+            return out
+        out["median"] = float(self.kll.get_quantile(0.5))
+        values = [float(v) for v in self.kll.get_quantiles(list(self.config.quantiles))]
+        out["quantiles"] = [{"q": q, "value": v} for q, v in zip(self.config.quantiles, values, strict=True)]
+        out["histogram"] = self._histogram(exact)
+        assert self.moments.min is not None and self.moments.max is not None  # kll is not empty
+        qedges = [self.moments.min, *values, self.moments.max]
+        out["quantile_histogram"] = {"edges": qedges, "counts": self._counts_between(qedges)}
+        return out
+
+    def _histogram(self, exact: bool) -> dict[str, Any]:
+        lo, hi = self.moments.min, self.moments.max
+        assert lo is not None and hi is not None
+        bins = self.config.bins if hi > lo else 1
+        edges = [float(e) for e in np.linspace(lo, hi, bins + 1)]
+        return {
+            "edges": edges,
+            "counts": self._counts_between(edges),
+            "exact": exact,
+            "count_error": 0.0 if exact else float(self.kll.normalized_rank_error(True)),
+        }
+
+    def _counts_between(self, edges: list[float]) -> list[int]:
+        """Counts in ``[e_i, e_i+1)`` (the last bin closed) from the sketch's ranks.
+
+        Rounding cumulative counts (not per-bin masses) keeps the total exactly ``finite``.
+        """
+        n = self.moments.count
+        cum = [0] + [round(self.kll.get_rank(e, False) * n) for e in edges[1:-1]] + [n]
+        cum = list(np.maximum.accumulate(cum))
+        return [int(b - a) for a, b in zip(cum[:-1], cum[1:], strict=True)]

@@ -1,0 +1,198 @@
+"""``report.html`` (one self-contained page) and ``stats.md``, written through fsspec.
+
+The page loads nothing from the network: CSS is inline, fonts are the system's, and every
+chart is a PNG embedded as a ``data:`` URI. Every field name and value is HTML-escaped.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+from typing import Any
+
+import fsspec
+from fsspec.core import url_to_fs
+
+from torchx_datapipes.stats.markdown import render_markdown
+from torchx_datapipes.stats.summary import COLUMNS, fmt, pct, rows, run_info, type_label
+
+REPORT_HTML = "report.html"
+STATS_MD = "stats.md"
+
+_CSS = """
+body{margin:0;background:#f6f7f9;color:#1d2330;font:14px/1.45 system-ui,-apple-system,"Segoe UI",Roboto,
+"Helvetica Neue",Arial,sans-serif}
+main{max-width:1200px;margin:0 auto;padding:24px 28px 48px}
+h1{font-size:24px;margin:0 0 12px}h2{font-size:18px;margin:28px 0 10px}
+h3{font-size:16px;margin:0 0 8px;font-family:ui-monospace,SFMono-Regular,Menlo,Consolas,monospace}
+.run{display:flex;flex-wrap:wrap;gap:10px;margin:0}
+.run div{background:#fff;border:1px solid #e1e4ea;border-radius:8px;padding:8px 14px;max-width:100%}
+.run dt{font-size:11px;text-transform:uppercase;letter-spacing:.04em;color:#6b7385}
+.run dd{margin:0;font-weight:600;overflow-wrap:anywhere}
+.scroll{overflow-x:auto;background:#fff;border:1px solid #e1e4ea;border-radius:8px}
+table{border-collapse:collapse;width:100%}
+th,td{padding:6px 10px;border-bottom:1px solid #eceef2;text-align:right;white-space:nowrap}
+th{background:#f0f2f6;font-size:12px;color:#4a5264;position:sticky;top:0}
+td.l,th.l{text-align:left}tr:last-child td{border-bottom:0}
+.summary td.l{white-space:normal;max-width:240px;overflow-wrap:anywhere}
+td.l a{color:#2b5fad;text-decoration:none;font-family:ui-monospace,Menlo,Consolas,monospace}
+.fields{display:grid;grid-template-columns:repeat(auto-fill,minmax(540px,1fr));gap:16px}
+.field{background:#fff;border:1px solid #e1e4ea;border-radius:8px;padding:14px 16px}
+.type{font:12px system-ui,sans-serif;color:#fff;background:#6b7385;border-radius:10px;padding:1px 8px;
+margin-left:8px;vertical-align:middle}
+.kv td{padding:3px 8px;font-size:12.5px;white-space:normal;overflow-wrap:anywhere}
+.kv td:first-child{text-align:left;color:#6b7385;white-space:nowrap;width:1%}
+figure{margin:10px 0 0}img{max-width:100%;height:auto;display:block}
+footer{margin-top:32px;color:#6b7385;font-size:12px}
+"""
+
+
+def write_reports(doc: dict[str, Any], out_dir: str) -> list[str]:
+    """Write ``report.html`` and ``stats.md`` for ``doc`` into ``out_dir``; return their URLs.
+
+    Args:
+        doc: a :meth:`StatsPartial.result` document, plus any runner keys such as
+            ``schema_version``, ``bad_records``, ``inputs`` or ``manifest`` (shown in the header).
+        out_dir: a local path or fsspec URL (``memory://``, ``s3://``...); created if needed.
+    """
+    fs, root = url_to_fs(out_dir)
+    fs.makedirs(root, exist_ok=True)
+    out = []
+    for name, text in ((REPORT_HTML, render_html(doc)), (STATS_MD, render_markdown(doc))):
+        url = out_dir.rstrip("/") + "/" + name
+        with fsspec.open(url, "wb") as f:
+            f.write(text.encode("utf-8"))
+        out.append(url)
+    return out
+
+
+def render_html(doc: dict[str, Any]) -> str:
+    e = _esc
+    run = "".join(f"<div><dt>{e(k)}</dt><dd>{e(v)}</dd></div>" for k, v in run_info(doc))
+    fields = doc.get("fields", {})
+    records = int(doc.get("records", 0))
+    cards = "".join(_field_card(name, f, records) for name, f in fields.items())
+    return (
+        '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
+        '<meta name="viewport" content="width=device-width, initial-scale=1">'
+        f"<title>Dataset statistics</title><style>{_CSS}</style></head><body><main>"
+        f'<h1>Dataset statistics</h1><dl class="run">{run}</dl>'
+        f'<h2>Summary</h2><div class="scroll">{_summary_table(doc)}</div>'
+        f'<h2>Fields</h2><div class="fields">{cards}</div>'
+        "<footer>Numeric statistics describe finite values; NaN and ±inf are counted separately. "
+        "≈ marks sketch estimates (KLL quantiles, HyperLogLog distinct counts, frequent-items top-k); "
+        f"their error bounds are part of stats.json. Schema version {e(doc.get('schema_version', '–'))}."
+        "</footer></main></body></html>\n"
+    )
+
+
+def _summary_table(doc: dict[str, Any]) -> str:
+    head = "".join(f'<th class="{_cls(c)}">{_esc(c)}</th>' for c in COLUMNS)
+    body = []
+    for row in rows(doc):
+        name = row.cells[0]
+        first = f'<td class="l"><a href="#field-{_esc(name)}">{_esc(name)}</a></td>'
+        rest = "".join(
+            f'<td class="{_cls(c)}">{_esc(v)}</td>' for c, v in zip(COLUMNS[1:], row.cells[1:], strict=True)
+        )
+        body.append(f"<tr>{first}{rest}</tr>")
+    return f'<table class="summary"><thead><tr>{head}</tr></thead><tbody>{"".join(body)}</tbody></table>'
+
+
+def _field_card(name: str, f: dict[str, Any], records: int) -> str:
+    kv = [("count", fmt(f["count"])), ("missing (absent or null)", pct(f["missing"], records))]
+    if f.get("null"):
+        kv.append(("null", fmt(f["null"])))
+    if len(f["types"]) > 1:
+        kv.append(("types", ", ".join(f"{k} {fmt(n)}" for k, n in f["types"].items())))
+    if f.get("bool"):
+        kv.append(("true / false", f"{fmt(f['bool']['true'])} / {fmt(f['bool']['false'])}"))
+    kv += _numeric_kv("", f.get("numeric"))
+    kv += _string_kv("", f.get("string"))
+    if f.get("list"):
+        length = f["list"]["length"]
+        kv.append(
+            (
+                "list length min / mean / max",
+                f"{fmt(length['min'])} / {fmt(length['mean'])} / {fmt(length['max'])}",
+            )
+        )
+        el = f["list"]["elements"]
+        kv.append(("elements", f"{fmt(el['count'])} ({type_label(el['types'])})"))
+        kv += _numeric_kv("elements ", el.get("numeric"))
+        kv += _string_kv("elements ", el.get("string"))
+    table = "".join(f"<tr><td>{_esc(k)}</td><td>{_esc(v)}</td></tr>" for k, v in kv)
+    imgs = "".join(_img(kind, label, png) for kind, label, png in _charts(name, f))
+    return (
+        f'<section class="field" id="field-{_esc(name)}"><h3>{_esc(name)}'
+        f'<span class="type">{_esc(type_label(f["types"]))}</span></h3>'
+        f'<table class="kv">{table}</table>{imgs}</section>'
+    )
+
+
+def _numeric_kv(prefix: str, num: dict[str, Any] | None) -> list[tuple[str, str]]:
+    if not num:
+        return []
+    out = [
+        (prefix + "mean ± std (sample)", f"{fmt(num['mean'])} ± {fmt(num['std_sample'])}"),
+        (prefix + "min / max", f"{fmt(num['min'])} / {fmt(num['max'])}"),
+        (prefix + "sum", fmt(num["sum"])),
+    ]
+    specials = [(k, num[k]) for k in ("zeros", "nan", "pos_inf", "neg_inf") if num[k]]
+    if specials:
+        out.append(
+            (
+                prefix + "zeros / NaN / +inf / −inf",
+                " / ".join(fmt(num[k]) for k in ("zeros", "nan", "pos_inf", "neg_inf")),
+            )
+        )
+    if num["median"] is not None:
+        err = "exact" if num["quantiles_exact"] else f"rank error ±{100 * num['quantile_rank_error']:.2g}%"
+        qs = ", ".join(f"p{100 * q['q']:g}={fmt(q['value'])}" for q in num["quantiles"])
+        out.append((prefix + f"quantiles ({err})", qs))
+    return out
+
+
+def _string_kv(prefix: str, s: dict[str, Any] | None) -> list[tuple[str, str]]:
+    if not s:
+        return []
+    d = s["distinct"]
+    distinct = fmt(d["value"]) if d["exact"] else f"≈{fmt(d['value'])} [{fmt(d['lower'])}, {fmt(d['upper'])}]"
+    length = s["length"]
+    return [
+        (prefix + "distinct", distinct),
+        (
+            prefix + "length min / mean / max",
+            f"{fmt(length['min'])} / {fmt(length['mean'])} / {fmt(length['max'])}",
+        ),
+    ]
+
+
+def _charts(name: str, f: dict[str, Any]) -> list[tuple[str, str, bytes]]:
+    """``(id, alt text, png)`` for a field: its own values, then its list elements."""
+    from torchx_datapipes.stats import charts  # lazy: workers that only accumulate never import matplotlib
+
+    out = []
+    for suffix, section in (("", f), ("[]", (f.get("list") or {}).get("elements") or {})):
+        label = name + suffix
+        num, s = section.get("numeric"), section.get("string")
+        if num and num.get("histogram"):
+            out.append((f"hist-{label}", f"histogram of {label}", charts.histogram_png(label, num)))
+        if s and s.get("top"):
+            out.append((f"topk-{label}", f"top values of {label}", charts.top_k_png(label, s)))
+    return out
+
+
+def _img(element_id: str, alt: str, png: bytes) -> str:
+    data = base64.b64encode(png).decode("ascii")
+    return (
+        f'<figure><img id="{_esc(element_id)}" alt="{_esc(alt)}" src="data:image/png;base64,{data}"></figure>'
+    )
+
+
+def _cls(column: str) -> str:
+    return "l" if column in ("field", "type", "top value") else "r"
+
+
+def _esc(value: Any) -> str:
+    return html.escape(str(value), quote=True)

@@ -1,0 +1,124 @@
+"""One summary row per field, shared by ``report.html`` and ``stats.md``."""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from typing import Any
+
+COLUMNS = (
+    "field",
+    "type",
+    "count",
+    "missing",
+    "mean",
+    "std",
+    "min",
+    "median",
+    "max",
+    "distinct",
+    "top value",
+)
+_BUILTIN_KEYS = {"records", "fields", "config"}
+
+
+@dataclass(frozen=True)
+class Row:
+    """Display strings (not escaped) for one field."""
+
+    cells: tuple[str, ...]
+
+
+def fmt(v: Any) -> str:
+    """Compact human formatting: thousands separators for ints, 4 significant digits for floats."""
+    if v is None:
+        return "–"
+    if isinstance(v, bool):
+        return str(v).lower()
+    if isinstance(v, int):
+        return f"{v:,}"
+    if isinstance(v, float):
+        if v.is_integer() and abs(v) < 1e15:
+            return f"{int(v):,}"
+        if 1e-3 <= abs(v) < 1e6:  # 4 significant digits without an exponent
+            decimals = max(0, 3 - math.floor(math.log10(abs(v))))
+            return f"{v:,.{decimals}f}".rstrip("0").rstrip(".") if decimals else f"{v:,.0f}"
+        return f"{v:.4g}"
+    return str(v)
+
+
+def type_label(types: dict[str, int]) -> str:
+    """``float`` for one type, else ``int 60% · string 40%`` (nulls excluded)."""
+    kinds = {k: n for k, n in types.items() if k != "null"}
+    total = sum(kinds.values())
+    if not kinds:
+        return "null" if types else "–"
+    if len(kinds) == 1:
+        return next(iter(kinds))
+    ranked = sorted(kinds.items(), key=lambda t: -t[1])
+    return " · ".join(f"{k} {100 * n / total:.0f}%" for k, n in ranked)
+
+
+def pct(part: int, whole: int) -> str:
+    return f"{fmt(part)} ({100 * part / whole:.1f}%)" if whole else fmt(part)
+
+
+def field_row(name: str, f: dict[str, Any], records: int) -> Row:
+    num = f.get("numeric") or {}
+    s = f.get("string") or {}
+    distinct, top = "–", "–"
+    if s:
+        d = s["distinct"]
+        distinct = fmt(d["value"]) if d["exact"] else f"≈{fmt(d['value'])}"
+        if s["top"]:
+            t = s["top"][0]
+            err = "" if s["top_exact"] else "±" + fmt(s["top_max_error"])
+            top = f"{shorten(t['value'])} ({fmt(t['count'])}{err})"
+    elif f.get("bool"):
+        top = f"true {fmt(f['bool']['true'])} · false {fmt(f['bool']['false'])}"
+    return Row(
+        (
+            name,
+            type_label(f["types"]),
+            fmt(f["count"]),
+            pct(f["missing"], records),
+            fmt(num.get("mean")),
+            fmt(num.get("std_sample")),
+            fmt(num.get("min")),
+            ("≈" if num and not num.get("quantiles_exact") else "") + fmt(num.get("median")),
+            fmt(num.get("max")),
+            distinct,
+            top,
+        )
+    )
+
+
+def rows(doc: dict[str, Any]) -> list[Row]:
+    records = int(doc.get("records", 0))
+    return [field_row(name, f, records) for name, f in doc.get("fields", {}).items()]
+
+
+def run_info(doc: dict[str, Any]) -> list[tuple[str, str]]:
+    """``(label, value)`` pairs for the header: records, bad records and any runner extras."""
+    out = [("records", fmt(doc.get("records", 0)))]
+    for key, value in doc.items():
+        if key in _BUILTIN_KEYS:
+            continue
+        out.append((key.replace("_", " "), describe(value)))
+    return out
+
+
+def describe(value: Any) -> str:
+    """A one-line rendering of an arbitrary runner-supplied value."""
+    if isinstance(value, list):
+        shown = ", ".join(str(v) for v in value[:3])
+        return f"{len(value)}: {shorten(shown, 120)}{', …' if len(value) > 3 else ''}"
+    if isinstance(value, dict):
+        return shorten(json.dumps(value, default=str, sort_keys=True), 160)
+    return fmt(value)
+
+
+def shorten(text: str, limit: int = 40) -> str:
+    text = " ".join(str(text).split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
