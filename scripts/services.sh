@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Start the services the tests talk to, if they are not already up. Idempotent.
+# Install the system packages the tests need and start the services they talk to,
+# if they are not already up. Idempotent.
 # Redis on 127.0.0.1:6379 and memcached on 127.0.0.1:11211. The moto S3 server is
 # started by the test fixtures themselves. Tests fail loudly (never skip) when one is missing.
 set -euo pipefail
@@ -17,6 +18,10 @@ wait_port() {
   for _ in $(seq 1 50); do port_open "$1" && return 0; sleep 0.1; done
   echo "services.sh: $2 did not come up on 127.0.0.1:$1" >&2; return 1
 }
+
+# Debian's chromium renders report.html to a screenshot in the stats tests.
+command -v chromium >/dev/null || apt_install chromium
+echo "chromium:  $(command -v chromium)"
 
 if ! port_open 6379; then
   command -v redis-server >/dev/null || apt_install redis-server
