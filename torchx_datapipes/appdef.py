@@ -4,21 +4,39 @@ We reuse TorchX's ``dist.ddp`` (rendezvous, ``-j`` parsing, resources, mounts) a
 torchrun's ``--max_restarts`` (ddp has none; ``local_cwd`` ignores ``max_retries``).
 """
 
+import contextlib
 import os
 import shlex
 import sys
-from typing import Dict, List, Optional
+from typing import Dict, Iterator, List, Optional
 
 from torchx import specs
 from torchx.components.dist import ddp
+from torchx.specs.finder import ComponentValidationException
 
 from torchx_datapipes import artifact
+from torchx_datapipes.errors import DatapipesError
 from torchx_datapipes.io.fs import expand_inputs, split_patterns
 from torchx_datapipes.io.manifest import has_success, success_url
 
 RUNNER_MODULE = "torchx_datapipes.runner"
 META_OUTPUT = "torchx_datapipes/output"
 META_OP = "torchx_datapipes/op"
+
+
+class InvalidArgumentError(ComponentValidationException, ValueError):
+    """A component argument failed a client-side check; ``torchx run`` prints just this line."""
+
+
+@contextlib.contextmanager
+def client_checks() -> Iterator[None]:
+    """Turn validation failures into one-line errors (no traceback from the TorchX CLI)."""
+    try:
+        yield
+    except InvalidArgumentError:
+        raise
+    except (ValueError, TypeError, OSError, ImportError, AttributeError, DatapipesError) as e:
+        raise InvalidArgumentError(f"{type(e).__name__}: {e}") from e
 
 
 def default_store() -> str:

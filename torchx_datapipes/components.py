@@ -85,9 +85,11 @@ def transform(
         rdzv_port: rendezvous port on rank 0's host for multi-node jobs
         max_retries: scheduler-level retries of the whole job (not honoured by local_cwd)
     """
-    _appdef.validate_io(input, output, overwrite)
+    with _appdef.client_checks():
+        _appdef.validate_io(input, output, overwrite)
+        fn_args = _appdef.fn_args(fn, artifact_store, backend)
     args = [
-        *("--input", input, "--output", output, *_appdef.fn_args(fn, artifact_store, backend)),
+        *("--input", input, "--output", output, *fn_args),
         *("--format", format, "--output_format", output_format, "--num_workers", str(num_workers)),
         *("--batch_size", str(batch_size), "--on_error", on_error, "--max_error_rate", str(max_error_rate)),
         *("--unit_mb", str(unit_mb)),
@@ -171,15 +173,17 @@ def split(
         rdzv_port: rendezvous port on rank 0's host for multi-node jobs
         max_retries: scheduler-level retries of the whole job (not honoured by local_cwd)
     """
-    _appdef.validate_io(input, output, overwrite)
-    _appdef.validate_split(fractions, method)
+    with _appdef.client_checks():
+        _appdef.validate_io(input, output, overwrite)
+        _appdef.validate_split(fractions, method)
+        fn_args = _appdef.fn_args(fn, artifact_store, backend)
     args = [
         *("--input", input, "--output", output, "--fractions", fractions, "--method", method),
         *("--seed", str(seed), "--key", key or "", "--stratify", stratify or ""),
         *("--format", format, "--output_format", output_format, "--num_workers", str(num_workers)),
         *("--batch_size", str(batch_size), "--on_error", on_error, "--max_error_rate", str(max_error_rate)),
         *("--unit_mb", str(unit_mb)),
-        *_appdef.fn_args(fn, artifact_store, backend),
+        *fn_args,
         *_appdef.bool_flag("overwrite", overwrite),
     ]
     return _appdef.runner_app(
@@ -255,13 +259,15 @@ def stats(
         rdzv_port: rendezvous port on rank 0's host for multi-node jobs
         max_retries: scheduler-level retries of the whole job (not honoured by local_cwd)
     """
-    _appdef.validate_io(input, output, overwrite)
+    with _appdef.client_checks():
+        _appdef.validate_io(input, output, overwrite)
+        fn_args = _appdef.fn_args(fn, artifact_store, backend)
     args = [
         *("--input", input, "--output", output, "--fields", fields or "", "--quantiles", quantiles),
         *("--top_k", str(top_k), "--bins", str(bins), "--format", format, "--num_workers", str(num_workers)),
         *("--batch_size", str(batch_size), "--on_error", on_error, "--max_error_rate", str(max_error_rate)),
         *("--unit_mb", str(unit_mb)),
-        *_appdef.fn_args(fn, artifact_store, backend),
+        *fn_args,
         *_appdef.bool_flag("overwrite", overwrite),
     ]
     return _appdef.runner_app(

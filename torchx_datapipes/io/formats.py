@@ -5,7 +5,7 @@ import csv
 import enum
 import posixpath
 from dataclasses import dataclass
-from typing import IO, TYPE_CHECKING, Any, Callable, Iterator, List, Optional, Tuple
+from typing import IO, TYPE_CHECKING, Any, Callable, Iterator, List, Optional, Sequence, Tuple
 
 import fsspec
 import orjson
@@ -117,7 +117,7 @@ class UnitReader:
             self._line_offset = self._count_newlines(self._first_line_pos)
         return self._line_offset + line
 
-    def batches(self) -> Iterator[Tuple[List[Any], List[int]]]:
+    def batches(self) -> Iterator[Tuple[List[Any], Sequence[int]]]:
         """Batches of parsed records; ``self.records`` counts them as they go."""
         fmt = Format(self.unit.format)
         if fmt is Format.PARQUET:
@@ -133,15 +133,15 @@ class UnitReader:
             yield recs, lines
 
     # -- line-oriented formats -------------------------------------------------------------
-    def _raw_lines(self, fh: IO[bytes]) -> Iterator[Tuple[int, bytes]]:
-        """Yield ``(line_number, bytes)`` for lines whose first byte lies in the unit."""
+    def _raw_chunks(self, fh: IO[bytes]) -> Iterator[Tuple[int, List[bytes]]]:
+        """Yield ``(number of the first line, lines)`` for lines whose first byte lies in the unit."""
         start, end = self.unit.start, self.unit.end
         if start > 0:
             fh.seek(start - 1)
             fh.readline()  # the line that began before our range belongs to the previous unit
             self._first_line_pos = fh.tell()
         pos = self._first_line_pos
-        lineno = 0
+        lineno = 1
         tail = b""
         while True:
             want = _CHUNK if end < 0 else min(_CHUNK, end - pos)
@@ -154,11 +154,10 @@ class UnitReader:
             self.bytes_done = pos - start
             parts = (tail + chunk).split(b"\n")
             tail = parts.pop()
-            for line in parts:
-                lineno += 1
-                yield lineno, line
+            yield lineno, parts
+            lineno += len(parts)
         if tail:
-            yield lineno + 1, tail.rstrip(b"\n")
+            yield lineno, [tail.rstrip(b"\n")]
         self.bytes_done = self.unit.nbytes
 
     def _count_newlines(self, upto: int) -> int:
@@ -172,30 +171,40 @@ class UnitReader:
                 left -= len(buf)
             return n
 
-    def _lines(self, fmt: Format) -> Iterator[Tuple[List[Any], List[int]]]:
-        loads, jsonl = orjson.loads, fmt is Format.JSONL
+    def _lines(self, fmt: Format) -> Iterator[Tuple[List[Any], Sequence[int]]]:
+        # Hot loop. Line numbers of a batch are a ``range`` until a blank or bad line breaks the
+        # run; only then is an explicit list built.
+        jsonl, size = fmt is Format.JSONL, self.batch_size
+        loads = orjson.loads if jsonl else _decode_text
         recs: List[Any] = []
-        lines: List[int] = []
+        lines: Optional[List[int]] = None
+        base = 0
         with _open_binary(self.unit.path) as fh:
-            for lineno, raw in self._raw_lines(fh):
-                if not raw or raw.isspace():
-                    self.blank += 1
-                    continue
-                try:
-                    rec = loads(raw) if jsonl else raw.rstrip(b"\r").decode("utf-8")
-                except (orjson.JSONDecodeError, UnicodeDecodeError) as e:
-                    self.bad.append(BadRecord(lineno, f"{type(e).__name__}: {e}", _show(raw)))
-                    continue
-                recs.append(rec)
-                lines.append(lineno)
-                if len(recs) >= self.batch_size:
-                    yield recs, lines
-                    recs, lines = [], []
+            for first, chunk in self._raw_chunks(fh):
+                for lineno, raw in enumerate(chunk, first):
+                    try:
+                        rec = loads(raw)
+                    except (orjson.JSONDecodeError, UnicodeDecodeError, _Blank) as e:
+                        if not raw or raw.isspace():
+                            self.blank += 1
+                        else:
+                            self.bad.append(BadRecord(lineno, f"{type(e).__name__}: {e}", _show(raw)))
+                        if recs and lines is None:
+                            lines = list(range(base, base + len(recs)))
+                        continue
+                    if lines is not None:
+                        lines.append(lineno)
+                    elif not recs:
+                        base = lineno
+                    recs.append(rec)
+                    if len(recs) >= size:
+                        yield recs, (lines if lines is not None else range(base, base + len(recs)))
+                        recs, lines = [], None
         if recs:
-            yield recs, lines
+            yield recs, (lines if lines is not None else range(base, base + len(recs)))
 
     # -- CSV --------------------------------------------------------------------------------
-    def _csv(self) -> Iterator[Tuple[List[Any], List[int]]]:
+    def _csv(self) -> Iterator[Tuple[List[Any], Sequence[int]]]:
         state = {"line": 0}
 
         def decoded(fh: IO[bytes]) -> Iterator[str]:
@@ -231,7 +240,7 @@ class UnitReader:
             yield recs, lines
 
     # -- Parquet ------------------------------------------------------------------------------
-    def _parquet(self) -> Iterator[Tuple[List[Any], List[int]]]:
+    def _parquet(self) -> Iterator[Tuple[List[Any], Sequence[int]]]:
         rg = self.unit.row_group
         with open_parquet(self.unit.path) as pf:
             row = sum(pf.metadata.row_group(i).num_rows for i in range(rg))
@@ -240,6 +249,16 @@ class UnitReader:
                 yield recs, list(range(row + 1, row + 1 + len(recs)))
                 row += len(recs)
         self.bytes_done = self.unit.nbytes
+
+
+class _Blank(ValueError):
+    """A blank line in a text file (skipped and counted, not a record)."""
+
+
+def _decode_text(raw: bytes) -> str:
+    if not raw or raw.isspace():
+        raise _Blank()
+    return raw.rstrip(b"\r").decode("utf-8")
 
 
 def _show(raw: bytes, limit: int = 2000) -> str:

@@ -1,11 +1,11 @@
 """Apply a user function of any declared kind to a unit's record stream."""
 
-from typing import Any, Callable, Iterable, Iterator, List, Tuple, cast
+from typing import Any, Callable, Iterable, Iterator, List, Sequence, Tuple, cast
 
 from torchx_datapipes.kinds import FnKind, kind_of
 from torchx_datapipes.runner.badrecords import ErrorSink, OnError, RecordError
 
-Batches = Iterator[Tuple[List[Any], List[int]]]
+Batches = Iterator[Tuple[List[Any], Sequence[int]]]
 
 
 def fn_name(fn: Any) -> str:
@@ -34,7 +34,7 @@ class Applier:
             yield from self._pipeline(batches, sink)
         sink.drain_parse_errors()
 
-    def _per_record(self, recs: List[Any], lines: List[int], sink: ErrorSink) -> List[Any]:
+    def _per_record(self, recs: List[Any], lines: Sequence[int], sink: ErrorSink) -> List[Any]:
         fn, out = self.fn, cast(List[Any], [])
         append, extend = out.append, out.extend
         filtered = 0
@@ -54,7 +54,7 @@ class Applier:
         self.filtered += filtered
         return out
 
-    def _batched(self, recs: List[Any], lines: List[int], sink: ErrorSink) -> List[Any]:
+    def _batched(self, recs: List[Any], lines: Sequence[int], sink: ErrorSink) -> List[Any]:
         try:
             return list(self.fn(recs))
         except Exception as e:
