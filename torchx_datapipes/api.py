@@ -101,15 +101,31 @@ def run(
     return RunResult(handle, state, output, manifest, cfg.get("log_dir"), result)
 
 
+def _error_text(structured: str) -> str:
+    """The message of torch elastic's error file (``{"message": {"message": ...}}``), else the raw text."""
+    if not structured or structured == "<NONE>":
+        return ""
+    try:
+        import json
+
+        msg = json.loads(structured)["message"]
+        return str(msg["message"] if isinstance(msg, dict) else msg)
+    except (ValueError, KeyError, TypeError):
+        return structured
+
+
 def _failure_message(runner: Any, handle: str, state: str, status: Any, log_dir: Optional[str]) -> str:
     msg = f"job {handle} ended {state}"
     if status is not None and getattr(status, "msg", "") not in ("", "<NONE>"):
         msg += f": {status.msg}"
     errors = []
+    top = _error_text(str(getattr(status, "structured_error_msg", "") or ""))
+    if top:
+        errors.append(top)
     for role in getattr(status, "roles", []) or []:
         for rep in getattr(role, "replicas", []) or []:
-            err = str(getattr(rep, "structured_error_msg", "") or "")
-            if err and err != "<NONE>":
+            err = _error_text(str(getattr(rep, "structured_error_msg", "") or ""))
+            if err and err not in errors:
                 errors.append(err)
     if errors:
         msg += "\n" + "\n".join(errors[:2])
