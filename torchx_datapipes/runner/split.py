@@ -1,0 +1,299 @@
+"""The split op: ``OUT/<split>/part-NNNNN.jsonl`` for every unit and split, identical for any -j.
+
+``method=hash`` without ``--stratify`` is one pass. ``method=exact`` or ``--stratify`` first run a
+``count`` pass (records per unit, per class, and for hash+stratify each record's hash in a side file
+``_split/hashes-NNNNN.bin``, removed at commit); after a barrier every rank builds the same assigner
+from the committed counts. Both passes see the same records: ``--fn`` runs in both, and records
+that fail to parse, fail in ``fn`` or lack the key/stratify field are dropped by both (only the main
+pass routes them to ``_errors/`` under skip; under raise the first stops the job with file and line).
+Every unit writes one part per split, empty or not, so the files depend on the input alone.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections import Counter
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+import numpy as np
+import orjson
+
+from torchx_datapipes.io.formats import UnitReader
+from torchx_datapipes.io.fs import atomic_write, fs_and_path, join, read_bytes
+from torchx_datapipes.io.units import Unit
+from torchx_datapipes.io.writers import PartWriter, encode_checked, part_name
+from torchx_datapipes.runner.apply import Applier
+from torchx_datapipes.runner.badrecords import ErrorSink, OnError, RecordError
+from torchx_datapipes.runner.engine import Engine, RunConfig
+from torchx_datapipes.split import (
+    ExactAssigner,
+    Fractions,
+    KeySpec,
+    MissingKeyError,
+    StratifiedHashAssigner,
+    assign_hash,
+    class_labels,
+    hash_keys,
+    parse_fractions,
+    parse_key,
+)
+from torchx_datapipes.split.stratified import small_class_warnings
+
+SIDE_DIR = "_split"
+Batch = tuple[list[Any], Sequence[int], bool]  # records, lines, whether lines map 1:1 to the records
+
+
+class SplitOp:
+    name = "split"
+
+    def __init__(
+        self, cfg: RunConfig, fractions: Fractions, key: KeySpec | None, method: str, seed: int,
+        stratify: str | None, fn: Callable[..., Any] | None = None,
+    ) -> None:  # fmt: skip
+        if method not in ("hash", "exact"):
+            raise ValueError(f"--method must be hash or exact, got {method!r}")
+        self.cfg, self.fractions, self.key, self.method = cfg, fractions, key, method
+        self.seed, self.stratify, self.fn = seed, stratify or None, fn
+        self.exact: ExactAssigner | None = None
+        self.strat_hash: StratifiedHashAssigner | None = None
+
+    @classmethod
+    def from_args(cls, args: argparse.Namespace, cfg: RunConfig, fn: Callable[..., Any] | None) -> SplitOp:
+        return cls(
+            cfg, parse_fractions(args.fractions), parse_key(args.key), args.method, args.seed,
+            (args.stratify or "").strip() or None, fn,
+        )  # fmt: skip
+
+    def options(self) -> dict[str, Any]:
+        key, stratify = str(self.key) if self.key else "", self.stratify or ""
+        return {"fractions": str(self.fractions), "method": self.method, "seed": self.seed, "key": key,
+                "stratify": stratify}  # fmt: skip
+
+    # -- passes ---------------------------------------------------------------------------
+    def run(self, engine: Engine) -> None:
+        if self.method == "exact" or self.stratify:  # counting pass first
+            engine.run_pass("count", self.count_unit)
+            engine.barrier()
+            self._build_assigner(engine)
+        engine.run_pass("main", self.split_unit)
+
+    def _build_assigner(self, engine: Engine) -> None:
+        metas = engine.load_metas("count")
+        if self.method == "exact":
+            counts: list[Any] = [m["class_counts"] if self.stratify else m["count"] for m in metas]
+            self.exact = ExactAssigner(counts, self.fractions, self.seed, stratified=bool(self.stratify))
+            return
+        # hash + stratify: rank 0 sorts every class's hashes once and ships the thresholds
+        url = join(self.cfg.output, SIDE_DIR, "thresholds.json")
+        if engine.dist.rank == 0:
+            per_class: dict[str, list[np.ndarray]] = {}
+            for m in metas:
+                data = np.frombuffer(read_bytes(join(self.cfg.output, m["hashes"])), dtype=np.uint64)
+                start = 0
+                for c, n in m["class_counts"].items():
+                    per_class.setdefault(c, []).append(data[start : start + n])
+                    start += n
+            merged = {c: np.concatenate(parts) for c, parts in per_class.items()}
+            assigner = StratifiedHashAssigner.from_hashes(merged, self.fractions)
+            atomic_write(url, orjson.dumps(assigner.to_dict()))
+        engine.barrier()
+        self.strat_hash = StratifiedHashAssigner.from_dict(orjson.loads(read_bytes(url)))
+
+    def count_unit(self, unit: Unit, reader: UnitReader, sink: ErrorSink) -> dict[str, Any]:
+        # a private sink: raises like the main pass under raise, and never writes _errors/ files
+        quiet = ErrorSink(reader, sink.policy, sink.output, sink.fn_name)
+        n = 0
+        classes: Counter[str] = Counter()
+        hashes: dict[str, list[np.ndarray]] = {}
+        for recs, lines, exact in self._stream(reader, quiet)[0]:
+            recs, lines, h, cls = self._label(recs, lines, exact, quiet, reader)
+            n += len(recs)
+            if cls is not None:
+                classes.update(cls)
+                if h is not None and len(cls):
+                    uniq, inverse = np.unique(np.array(cls), return_inverse=True)
+                    for j, c in enumerate(uniq.tolist()):
+                        hashes.setdefault(c, []).append(h[inverse.reshape(-1) == j])
+        meta: dict[str, Any] = {"count": n}
+        if self.stratify:
+            meta["class_counts"] = {c: classes[c] for c in sorted(classes)}
+        if self.method == "hash" and self.stratify:
+            rel = f"{SIDE_DIR}/hashes-{unit.name}.bin"
+            empty = np.empty(0, dtype=np.uint64)
+            data = [np.concatenate(hashes[c]) if c in hashes else empty for c in meta["class_counts"]]
+            atomic_write(join(self.cfg.output, rel), np.concatenate([empty, *data]).tobytes())
+            meta["hashes"] = rel
+        return meta
+
+    def split_unit(self, unit: Unit, reader: UnitReader, sink: ErrorSink) -> dict[str, Any]:
+        names, fmt = self.fractions.names, self.cfg.output_format
+        rels = [part_name(unit.index, fmt, prefix=s) for s in names]
+        writers = [PartWriter(join(self.cfg.output, r), fmt) for r in rels]
+        per_class: Counter[tuple[int, str]] = Counter()
+        stream, applier = self._stream(reader, sink)
+        start = 0
+        try:
+            for recs, lines, exact in stream:
+                recs, lines, h, cls = self._label(recs, lines, exact, sink, reader)
+                if not recs:
+                    continue
+                ids = self._assign(unit, start, recs, h, cls)
+                start += len(recs)
+                if cls is not None:
+                    per_class.update(zip(ids.tolist(), cls))
+                self._write(writers, recs, ids.tolist(), lines if exact else [lines[0]] * len(recs), sink)
+            for w in writers:
+                w.commit()
+        except BaseException:
+            for w in writers:
+                w.abort()
+            raise
+        meta: dict[str, Any] = {
+            "records_out": sum(w.records for w in writers),
+            "filtered": applier.filtered if applier is not None else 0,
+            "counts": {s: w.records for s, w in zip(names, writers)},
+            "outputs": rels,
+        }
+        if self.stratify:
+            table: dict[str, dict[str, int]] = {}
+            for (s, c), k in sorted(per_class.items(), key=lambda x: (x[0][1], x[0][0])):
+                table.setdefault(c, dict.fromkeys(names, 0))[names[s]] = k
+            meta["class_counts"] = table
+        return meta
+
+    # -- pieces ---------------------------------------------------------------------------
+    def _stream(self, reader: UnitReader, sink: ErrorSink) -> tuple[Iterator[Batch], Applier | None]:
+        """Batches of records to split (after ``fn``), their input lines, and the Applier if any."""
+        if self.fn is None:
+
+            def plain() -> Iterator[Batch]:
+                for recs, lines in reader.batches():
+                    sink.drain_parse_errors()
+                    yield recs, lines, True
+                sink.drain_parse_errors()
+
+            return plain(), None
+        applier = Applier(self.fn, sink.policy)
+        current: list[Sequence[int]] = [[0]]
+
+        def tracked() -> Iterator[tuple[list[Any], Sequence[int]]]:
+            for recs, lines in reader.batches():
+                current[0] = lines or [0]
+                yield recs, lines
+
+        def transformed() -> Iterator[Batch]:
+            for out in applier.run(tracked(), sink):
+                yield out, current[0], False  # fn output records do not map 1:1 to input lines
+
+        return transformed(), applier
+
+    def _label(
+        self, recs: list[Any], lines: Sequence[int], exact: bool, sink: ErrorSink, reader: UnitReader
+    ) -> tuple[list[Any], Sequence[int], np.ndarray | None, list[str] | None]:
+        """Hashes (hash method) and classes (stratified); records lacking a field go to the sink."""
+        want_hash, field = self.method == "hash", self.stratify
+        try:
+            cls = class_labels(recs, field) if field else None
+            return recs, lines, hash_keys(recs, self.key, self.seed) if want_hash else None, cls
+        except (MissingKeyError, TypeError):
+            pass
+        keep: list[int] = []
+        for i, r in enumerate(recs):  # slow path: find every bad record of the batch
+            try:
+                if field:
+                    class_labels([r], field)
+                if want_hash:
+                    hash_keys([r], self.key, self.seed)
+                keep.append(i)
+            except (MissingKeyError, TypeError) as e:
+                self._bad(sink, reader, lines, i if exact else None, r, e)
+        recs = [recs[i] for i in keep]
+        lines = [lines[i] for i in keep] if exact else lines
+        cls = class_labels(recs, field) if field else None
+        return recs, lines, hash_keys(recs, self.key, self.seed) if want_hash else None, cls
+
+    def _bad(
+        self, sink: ErrorSink, reader: UnitReader, lines: Sequence[int], i: int | None, rec: Any, e: Exception
+    ) -> None:
+        line = lines[i] if i is not None else lines[0]
+        if sink.policy is not OnError.RAISE:
+            sink.record_failed(line, rec, e, stage="split")
+            return
+        first, last = reader.absolute(lines[0]), reader.absolute(lines[-1])
+        where = (
+            f"line {reader.absolute(line)}"
+            if i is not None
+            else f"a record fn made from lines {first}-{last}"
+        )
+        what = str(e).replace("record 0 of the batch", "the record").replace(" at index 0 of the batch", "")
+        raise RecordError(
+            f"{reader.unit.path}, {where}: cannot split: {type(e).__name__}: {what}\n  fix: correct the"
+            f" record or --key/--stratify, or rerun with --on_error skip to write such records to"
+            f" {join(self.cfg.output, '_errors')}/ and go on"
+        )
+
+    def _assign(
+        self, unit: Unit, start: int, recs: list[Any], h: np.ndarray | None, cls: list[str] | None
+    ) -> np.ndarray:
+        if self.exact is not None:
+            return self.exact.assign(unit.index, start, cls, len(recs))
+        assert h is not None
+        if self.strat_hash is not None:
+            assert cls is not None
+            return self.strat_hash.assign(h, cls)
+        return assign_hash(h, self.fractions)
+
+    def _write(
+        self,
+        writers: list[PartWriter],
+        recs: list[Any],
+        ids: list[int],
+        lines: Sequence[int],
+        sink: ErrorSink,
+    ) -> None:
+        items: list[Any] = recs
+        if self.cfg.output_format == "jsonl":
+            items, bad = encode_checked(recs)
+            for i, err in bad:
+                sink.record_failed(lines[i], recs[i], TypeError(err), stage="serialize")
+            drop = {i for i, _ in bad}
+            ids = [s for i, s in enumerate(ids) if i not in drop] if drop else ids
+        buckets: list[list[Any]] = [[] for _ in writers]
+        for item, s in zip(items, ids):
+            buckets[s].append(item)
+        for w, b in zip(writers, buckets):
+            if self.cfg.output_format == "jsonl":
+                w.write_encoded(b)
+            else:
+                w.write(b)
+
+    # -- commit ---------------------------------------------------------------------------
+    def finalize(self, engine: Engine, metas: list[dict[str, Any]]) -> dict[str, Any]:
+        names = self.fractions.names
+        splits = {s: sum(int(m["counts"][s]) for m in metas) for s in names}
+        classes: dict[str, dict[str, int]] = {}
+        for m in metas:
+            for c, row in m.get("class_counts", {}).items():
+                acc = classes.setdefault(c, dict.fromkeys(names, 0))
+                for s, k in row.items():
+                    acc[s] += int(k)
+        classes = {c: classes[c] for c in sorted(classes)}
+        total = sum(splits.values())
+        per_class = {c: tuple(row[s] for s in names) for c, row in classes.items()}
+        warnings = small_class_warnings(self.fractions, total, tuple(splits.values()), per_class)
+        for w in warnings:
+            print(f"warning: {w}", file=sys.stderr, flush=True)
+        fs, root = fs_and_path(join(self.cfg.output, SIDE_DIR))
+        if fs.exists(root):
+            fs.rm(root, recursive=True)
+        out: dict[str, Any] = {
+            "records_out": total, "filtered": sum(int(m.get("filtered", 0)) for m in metas),
+            "splits": splits, "fractions": self.fractions.as_dict(), "method": self.method, "seed": self.seed,
+            "key": list(self.key.fields) if self.key else None, "stratify": self.stratify,
+            "warnings": warnings, "output": self.cfg.output,
+        }  # fmt: skip
+        if self.stratify:
+            out["classes"] = classes
+        return out
