@@ -9,6 +9,7 @@ from typing import Any, Callable, Dict, List, Optional
 
 import orjson
 
+from torchx_datapipes.io import manifest as mf
 from torchx_datapipes.io.formats import UnitReader
 from torchx_datapipes.io.fs import atomic_write, join, read_bytes
 from torchx_datapipes.io.units import Unit
@@ -67,15 +68,20 @@ class StatsOp:
         doc = merged.result()
         records_in = sum(m["records_in"] for m in metas)
         bad = sum(m["bad"] for m in metas)
+        inputs = [{"path": p, "size": s} for p, s in engine.inputs]
+        # the manifest fields the other ops write (``_SUCCESS`` itself is written after this file)
+        base = mf.base_manifest(self.name, inputs, engine.options())
+        manifest = {k: base[k] for k in ("manifest_version", "op", "created", "options", "versions")}
         doc.update(
             {
                 "schema_version": SCHEMA_VERSION,
                 "records_in": records_in,
                 "bad_records": bad,
                 "filtered": sum(m["filtered"] for m in metas),
-                "inputs": [{"path": p, "size": s} for p, s in engine.inputs],
+                "inputs": inputs,
                 "world_size": engine.dist.world_size,
                 "artifact": {"url": engine.cfg.artifact, "sha256": engine.cfg.sha256},
+                "manifest": {**manifest, "num_workers": engine.cfg.num_workers},
             }
         )
         atomic_write(join(self.output, STATS_JSON), orjson.dumps(doc, option=orjson.OPT_INDENT_2))
