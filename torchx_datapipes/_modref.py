@@ -114,7 +114,10 @@ def user_modules(obj: Any, *, max_objects: int = 20_000) -> list[str]:
             if module is not None and (not is_user_module(module) or _is_extension(module)):
                 continue  # installed (or unshippable): referenced by name, never entered
             if module is not None and module.__name__ not in found:
-                found.add(module.__name__)
+                # only modules registered under their name can be pickled by value (a module
+                # loaded with spec_from_file_location and never added to sys.modules cannot)
+                if sys.modules.get(module.__name__) is module:
+                    found.add(module.__name__)
                 stack.append(module)
         stack.extend(_children(cur))
     return sorted(found)
