@@ -80,9 +80,11 @@ def run(
     from torchx.runner.config import apply
 
     cfg = dict(cfg or {})
-    if scheduler.startswith("local"):
-        cfg.setdefault("log_dir", log_dir or os.path.abspath(os.path.join(".torchx", "logs")))
+    if log_dir:
+        cfg["log_dir"] = log_dir
     apply(scheduler, cfg)
+    if scheduler.startswith("local"):
+        cfg.setdefault("log_dir", os.path.abspath(os.path.join(".torchx", "logs")))
     output = app.metadata.get(META_OUTPUT)
     with get_runner() as runner:
         handle = runner.run(app, scheduler, cfg=cfg)
