@@ -138,6 +138,8 @@ def _ref_ray(fn_spec: str, files: list[str], out: Path) -> tuple[int, int]:
     import ray
 
     fn = load_fn(fn_spec)
+    # the function's module was loaded from a file; Ray's workers must get it by value
+    ray.cloudpickle.register_pickle_by_value(sys.modules[fn.__module__])
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
     ray.data.read_json(files).map(fn).write_json(str(out / "ray"))
     n_out = 0
