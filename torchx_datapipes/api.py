@@ -36,6 +36,11 @@ class RunResult:
     result: Optional[Dict[str, Any]] = None  # parsed stats.json for stats jobs
 
     @property
+    def stats(self) -> Optional[Dict[str, Any]]:
+        """The parsed ``stats.json`` of a stats job (same as ``result``)."""
+        return self.result
+
+    @property
     def succeeded(self) -> bool:
         return self.state == "SUCCEEDED"
 

@@ -60,6 +60,8 @@ def top_k_png(name: str, s: dict[str, Any]) -> bytes:
     ax.barh(range(len(top)), counts, color=_BAR, height=0.7)
     ax.set_yticks(range(len(top)), labels, fontsize=7)
     note = "exact counts" if s["top_exact"] else f"counts ±{fmt(s['top_max_error'])}"
+    if not s["top_exact"] and top and top[0]["lower"] <= s["top_max_error"]:
+        note += "; no guaranteed heavy hitter"
     ax.set_title(f"{shorten(name, 50)} — top {len(top)} values ({note})", fontsize=9, loc="left")
     _style(ax)
     return _png(fig)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import posixpath
 from dataclasses import dataclass
 from typing import Any
 
@@ -20,7 +21,7 @@ COLUMNS = (
     "distinct",
     "top value",
 )
-_BUILTIN_KEYS = {"records", "fields", "config"}
+_BUILTIN_KEYS = {"records", "fields", "config", "manifest"}  # manifest: in stats.json, too long for a box
 
 
 @dataclass(frozen=True)
@@ -74,7 +75,10 @@ def field_row(name: str, f: dict[str, Any], records: int) -> Row:
         if s["top"]:
             t = s["top"][0]
             err = "" if s["top_exact"] else "±" + fmt(s["top_max_error"])
-            top = f"{shorten(t['value'])} ({fmt(t['count'])}{err})"
+            if not s["top_exact"] and t["lower"] <= s["top_max_error"]:
+                top = f"none above the sketch error (±{fmt(s['top_max_error'])}); values near-unique"
+            else:
+                top = f"{shorten(t['value'])} ({fmt(t['count'])}{err})"
     elif f.get("bool"):
         top = f"true {fmt(f['bool']['true'])} · false {fmt(f['bool']['false'])}"
     return Row(
@@ -103,10 +107,17 @@ def run_info(doc: dict[str, Any]) -> list[tuple[str, str]]:
     """``(label, value)`` pairs for the header: records, bad records and any runner extras."""
     out = [("records", fmt(doc.get("records", 0)))]
     for key, value in doc.items():
-        if key in _BUILTIN_KEYS:
+        if key in _BUILTIN_KEYS or _empty(value):
             continue
+        if key == "inputs" and isinstance(value, list):  # file names, not dict dumps
+            value = [posixpath.basename(str(v.get("path", v))) if isinstance(v, dict) else v for v in value]
         out.append((key.replace("_", " "), describe(value)))
     return out
+
+
+def _empty(value: Any) -> bool:
+    """Nothing worth a header box: None, or a dict of Nones (e.g. no --fn artifact)."""
+    return value is None or (isinstance(value, dict) and all(v is None for v in value.values()))
 
 
 def describe(value: Any) -> str:
