@@ -20,6 +20,8 @@ Non-goals: no CPU pinning, no warm-up runs and no statistics beyond best-of-N; o
 
 from __future__ import annotations
 
+import glob
+import hashlib
 import importlib.util
 import json
 import os
@@ -389,3 +391,64 @@ def write_json(path: os.PathLike[str] | str, payload: Mapping[str, Any]) -> None
         raise TypeError(f"not JSON serialisable: {type(o).__name__}")
 
     Path(path).write_text(json.dumps(payload, indent=2, default=default) + "\n")
+
+
+# --------------------------------------------------------------------------------------------
+# Corpora shared by every benchmark: the generated 200k / 2M corpora, or --data repeated.
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Corpus:
+    """An input directory and its record count."""
+
+    path: Path
+    records: int
+
+
+def input_files(input_dir: str) -> list[str]:
+    """The ``*.jsonl`` files of a corpus directory, sorted."""
+    files = sorted(glob.glob(os.path.join(input_dir, "*.jsonl")))
+    if not files:
+        raise FileNotFoundError(f"no *.jsonl files in {input_dir}")
+    return files
+
+
+def count_records(path: Path) -> int:
+    """Non-empty lines over ``path/*.jsonl`` (every record is one line)."""
+    n = 0
+    for f in input_files(str(path)):
+        with open(f, "rb") as fh:
+            n += sum(1 for line in fh if line.strip())
+    return n
+
+
+def repeat_corpus(src: Corpus, times: int, cache_root: Path) -> Corpus:
+    """``src`` with each file's content repeated ``times`` times (cached under ``cache_root``)."""
+    key = hashlib.sha1(str(src.path.resolve()).encode()).hexdigest()[:10]  # stable across runs
+    out = cache_root / f"repeat{times}-{key}"
+    marker = out / "_DONE"
+    if not marker.exists():
+        shutil.rmtree(out, ignore_errors=True)
+        out.mkdir(parents=True)
+        for f in input_files(str(src.path)):
+            with open(f, "rb") as fin, open(out / Path(f).name, "wb") as fout:
+                for _ in range(times):
+                    fin.seek(0)
+                    shutil.copyfileobj(fin, fout, 1 << 24)
+        marker.write_text(json.dumps({"source": str(src.path), "times": times}))
+    return Corpus(out, src.records * times)
+
+
+def select_corpora(
+    data: Path | None, n: int, k: int, seed: int, steady_n: int, quick: bool, cache: Path
+) -> list[Corpus]:
+    """The small corpus and, unless ``quick``, the large one for the steady-state figure."""
+    small = (
+        Corpus(data, count_records(data)) if data is not None else Corpus(ensure_corpus(n, k, seed, cache), n)
+    )
+    if quick or steady_n <= small.records:
+        return [small]
+    if data is not None:
+        return [small, repeat_corpus(small, -(-steady_n // small.records), cache)]
+    return [small, Corpus(ensure_corpus(steady_n, k, seed, cache), steady_n)]

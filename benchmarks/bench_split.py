@@ -26,7 +26,6 @@ Unless ``--quick``, everything also runs on ``--steady-n`` (2M) records and the 
 from __future__ import annotations
 
 import argparse
-import glob
 import importlib.util
 import json
 import os
@@ -44,11 +43,12 @@ from _common import (  # noqa: E402
     BenchRow,
     Measurement,
     best_of,
-    ensure_corpus,
+    input_files,
     measure_ddp_job,
     print_table,
     rss_source,
     run_measured,
+    select_corpora,
     torchx_cmd,
     torchx_log_tail,
     write_json,
@@ -62,13 +62,6 @@ FLUSH = 8192
 # --------------------------------------------------------------------------------------------
 # Reference implementations, run in a child interpreter: `bench_split.py _ref METHOD ...`.
 # --------------------------------------------------------------------------------------------
-
-
-def _files(d: str) -> list[str]:
-    files = sorted(glob.glob(os.path.join(d, "*.jsonl")))
-    if not files:
-        raise FileNotFoundError(f"no *.jsonl files in {d}")
-    return files
 
 
 def split_file(src: str, out: str) -> list[int]:
@@ -137,35 +130,13 @@ def _ref_main(argv: Sequence[str]) -> int:
     a = ap.parse_args(argv)
     out = Path(a.output)
     out.mkdir(parents=True, exist_ok=True)
-    print(json.dumps(_REFS[a.method](_files(a.input), out)))
+    print(json.dumps(_REFS[a.method](input_files(a.input), out)))
     return 0
 
 
 # --------------------------------------------------------------------------------------------
 # The harness.
 # --------------------------------------------------------------------------------------------
-
-
-def count_records(path: Path) -> int:
-    n = 0
-    for f in _files(str(path)):
-        with open(f, "rb") as fh:
-            n += sum(1 for line in fh if line.strip())
-    return n
-
-
-def repeat_corpus(src: Path, times: int, cache: Path) -> Path:
-    out = cache / f"repeat{times}-{abs(hash(str(src.resolve()))) % 10**8:08d}"
-    if not (out / "_DONE").exists():
-        shutil.rmtree(out, ignore_errors=True)
-        out.mkdir(parents=True)
-        for f in _files(str(src)):
-            with open(f, "rb") as fin, open(out / Path(f).name, "wb") as fout:
-                for _ in range(times):
-                    fin.seek(0)
-                    shutil.copyfileobj(fin, fout, 1 << 24)
-        (out / "_DONE").write_text("")
-    return out
 
 
 def _report_failure(what: str, m: Measurement) -> None:
@@ -247,17 +218,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     a = parse_args(argv)
     a.workdir.mkdir(parents=True, exist_ok=True)
     os.chdir(REPO_ROOT)
-    cache = a.workdir / "data"
-    if a.data is not None:
-        corpora = [(a.data, count_records(a.data))]
-    else:
-        corpora = [(ensure_corpus(a.n, a.k, a.seed, cache), a.n)]
-    if not a.quick and a.steady_n > corpora[0][1]:
-        if a.data is not None:
-            times = -(-a.steady_n // corpora[0][1])
-            corpora.append((repeat_corpus(a.data, times, cache), corpora[0][1] * times))
-        else:
-            corpora.append((ensure_corpus(a.steady_n, a.k, a.seed, cache), a.steady_n))
+    found = select_corpora(a.data, a.n, a.k, a.seed, a.steady_n, a.quick, a.workdir / "data")
+    corpora = [(c.path, c.records) for c in found]
     methods = list(a.methods)
     if "hf" in methods and importlib.util.find_spec("datasets") is None:
         print("# hf: datasets not installed (pip install 'torchx-datapipes[bench]')")

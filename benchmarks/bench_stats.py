@@ -29,7 +29,6 @@ which cancels the fixed start-up cost; ratios are against ``pool2`` and ``pandas
 from __future__ import annotations
 
 import argparse
-import glob
 import json
 import math
 import os
@@ -38,7 +37,6 @@ import sys
 import tempfile
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
 from multiprocessing import Pool
 from pathlib import Path
 from typing import Any, Optional
@@ -48,13 +46,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import (  # noqa: E402
     REPO_ROOT,
     BenchRow,
+    Corpus,
     Measurement,
     best_of,
-    ensure_corpus,
+    input_files,
     measure_ddp_job,
     print_table,
     rss_source,
     run_measured,
+    select_corpora,
     torchx_cmd,
     torchx_log_tail,
     write_json,
@@ -69,13 +69,6 @@ QUANTILES = [0.01, 0.05, 0.25, 0.5, 0.75, 0.95, 0.99]
 # Each prints one JSON line {"records_in": n, ...} last.
 # ---------------------------------------------------------------------------------------------
 FieldAcc = list[Any]  # [count, n_numeric, sum, min, max, set of strings]
-
-
-def _input_files(input_dir: str) -> list[str]:
-    files = sorted(glob.glob(os.path.join(input_dir, "*.jsonl")))
-    if not files:
-        raise SystemExit(f"no *.jsonl under {input_dir}")
-    return files
 
 
 def loop_file(path: str) -> tuple[int, dict[str, FieldAcc]]:
@@ -166,7 +159,7 @@ def _ref_main(argv: Sequence[str]) -> int:
     ap.add_argument("method", choices=("plain", "pool2", "pandas"))
     ap.add_argument("--input", required=True)
     a = ap.parse_args(argv)
-    files = _input_files(a.input)
+    files = input_files(a.input)
     t0 = time.perf_counter()
     out = {"plain": _ref_plain, "pool2": _ref_pool2, "pandas": _ref_pandas}[a.method](files)
     out["compute_s"] = round(time.perf_counter() - t0, 3)
@@ -177,36 +170,6 @@ def _ref_main(argv: Sequence[str]) -> int:
 # ---------------------------------------------------------------------------------------------
 # Harness
 # ---------------------------------------------------------------------------------------------
-
-
-@dataclass
-class Corpus:
-    path: Path
-    records: int
-
-
-def count_records(path: Path) -> int:
-    n = 0
-    for f in _input_files(str(path)):
-        with open(f, "rb") as fh:
-            n += sum(1 for line in fh if line.strip())
-    return n
-
-
-def repeat_corpus(src: Corpus, times: int, cache_root: Path) -> Corpus:
-    """``src`` with each file's content repeated ``times`` times (cached under ``cache_root``)."""
-    out = cache_root / f"repeat{times}-{abs(hash(str(src.path.resolve()))) % 10**8:08d}"
-    marker = out / "_DONE"
-    if not marker.exists():
-        shutil.rmtree(out, ignore_errors=True)
-        out.mkdir(parents=True)
-        for f in _input_files(str(src.path)):
-            with open(f, "rb") as fin, open(out / Path(f).name, "wb") as fout:
-                for _ in range(times):
-                    fin.seek(0)
-                    shutil.copyfileobj(fin, fout, 1 << 24)
-        marker.write_text(json.dumps({"source": str(src.path), "times": times}))
-    return Corpus(out, src.records * times)
 
 
 def _ours_args(method: str) -> list[str]:
@@ -329,18 +292,6 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     return a
 
 
-def corpora(a: argparse.Namespace, cache: Path) -> list[Corpus]:
-    if a.data is not None:
-        small = Corpus(a.data, count_records(a.data))
-    else:
-        small = Corpus(ensure_corpus(a.n, a.k, a.seed, cache), a.n)
-    if a.quick or a.steady_n <= small.records:
-        return [small]
-    if a.data is not None:
-        return [small, repeat_corpus(small, -(-a.steady_n // small.records), cache)]
-    return [small, Corpus(ensure_corpus(a.steady_n, a.k, a.seed, cache), a.steady_n)]
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] == "_ref":
@@ -348,7 +299,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     a = parse_args(argv)
     a.workdir.mkdir(parents=True, exist_ok=True)
     os.chdir(REPO_ROOT)
-    cs = corpora(a, a.workdir / "data")
+    cs = select_corpora(a.data, a.n, a.k, a.seed, a.steady_n, a.quick, a.workdir / "data")
     print(f"# corpora: {', '.join(f'{c.path} ({c.records} records)' for c in cs)}")
     print(f"# cpus={os.cpu_count()} python={sys.version.split()[0]} peak RSS={rss_source()}", flush=True)
     rows: list[BenchRow] = []

@@ -33,8 +33,6 @@ Peak RSS is the peak of the summed RSS of the process tree (see ``benchmarks/_co
 from __future__ import annotations
 
 import argparse
-import glob
-import hashlib
 import importlib.util
 import json
 import os
@@ -43,7 +41,6 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
 
@@ -52,14 +49,16 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import (  # noqa: E402
     REPO_ROOT,
     BenchRow,
+    Corpus,
     Measurement,
     best_of,
-    ensure_corpus,
+    input_files,
     load_fn,
     measure_ddp_job,
     print_table,
     rss_source,
     run_measured,
+    select_corpora,
     torchx_cmd,
     torchx_log_tail,
     write_json,
@@ -76,13 +75,6 @@ FLUSH_LINES = 8192
 # ---------------------------------------------------------------------------------------------
 # Reference implementations. They run in a child interpreter: `bench_transform.py _ref METHOD`.
 # ---------------------------------------------------------------------------------------------
-
-
-def _input_files(input_dir: str) -> list[str]:
-    files = sorted(glob.glob(os.path.join(input_dir, "*.jsonl")))
-    if not files:
-        raise FileNotFoundError(f"no *.jsonl files in {input_dir}")
-    return files
 
 
 def transform_file(fn_spec: str, src: str, dst: str) -> tuple[int, int]:
@@ -166,7 +158,7 @@ def _ref_main(argv: Sequence[str]) -> int:
     a = ap.parse_args(argv)
     out = Path(a.output)
     out.mkdir(parents=True, exist_ok=True)
-    n_in, n_out = _REFS[a.method](a.fn, _input_files(a.input), out)
+    n_in, n_out = _REFS[a.method](a.fn, input_files(a.input), out)
     print(json.dumps({"records_in": n_in, "records_out": n_out}))
     return 0
 
@@ -174,40 +166,6 @@ def _ref_main(argv: Sequence[str]) -> int:
 # ---------------------------------------------------------------------------------------------
 # The harness.
 # ---------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Corpus:
-    """An input directory and its record count."""
-
-    path: Path
-    records: int
-
-
-def count_records(path: Path) -> int:
-    """Non-empty lines over ``path/*.jsonl`` (every record is one line)."""
-    n = 0
-    for f in _input_files(str(path)):
-        with open(f, "rb") as fh:
-            n += sum(1 for line in fh if line.strip())
-    return n
-
-
-def repeat_corpus(src: Corpus, times: int, cache_root: Path) -> Corpus:
-    """``src`` with each file's content repeated ``times`` times (cached under ``cache_root``)."""
-    key = hashlib.sha1(str(src.path.resolve()).encode()).hexdigest()[:10]
-    out = cache_root / f"repeat{times}-{key}"
-    marker = out / "_DONE"
-    if not marker.exists():
-        shutil.rmtree(out, ignore_errors=True)
-        out.mkdir(parents=True)
-        for f in _input_files(str(src.path)):
-            with open(f, "rb") as fin, open(out / Path(f).name, "wb") as fout:
-                for _ in range(times):
-                    fin.seek(0)
-                    shutil.copyfileobj(fin, fout, 1 << 24)
-        marker.write_text(json.dumps({"source": str(src.path), "times": times}))
-    return Corpus(out, src.records * times)
 
 
 def _ours_args(method: str) -> list[str]:
@@ -386,18 +344,6 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     return a
 
 
-def _corpora(a: argparse.Namespace, cache: Path) -> list[Corpus]:
-    if a.data is not None:
-        small = Corpus(a.data, count_records(a.data))
-    else:
-        small = Corpus(ensure_corpus(a.n, a.k, a.seed, cache), a.n)
-    if a.quick or a.steady_n <= small.records:
-        return [small]
-    if a.data is not None:
-        return [small, repeat_corpus(small, -(-a.steady_n // small.records), cache)]
-    return [small, Corpus(ensure_corpus(a.steady_n, a.k, a.seed, cache), a.steady_n)]
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] == "_ref":
@@ -405,7 +351,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     a = parse_args(argv)
     a.workdir.mkdir(parents=True, exist_ok=True)
     os.chdir(REPO_ROOT)  # the --fn path and local_cwd are relative to the repo root
-    corpora = _corpora(a, a.workdir / "data")
+    corpora = select_corpora(a.data, a.n, a.k, a.seed, a.steady_n, a.quick, a.workdir / "data")
     transforms = [a.only] if a.only else list(TRANSFORMS)
     print(f"# corpora: {', '.join(f'{c.path} ({c.records} records)' for c in corpora)}")
     print(f"# cpus={os.cpu_count()} python={sys.version.split()[0]} peak RSS={rss_source()}")
