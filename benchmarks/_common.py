@@ -20,6 +20,7 @@ Non-goals: no CPU pinning, no warm-up runs and no statistics beyond best-of-N; o
 
 from __future__ import annotations
 
+import argparse
 import glob
 import hashlib
 import importlib.util
@@ -452,3 +453,36 @@ def select_corpora(
     if data is not None:
         return [small, repeat_corpus(small, -(-steady_n // small.records), cache)]
     return [small, Corpus(ensure_corpus(steady_n, k, seed, cache), steady_n)]
+
+
+def bench_parser(description: str, methods: Sequence[str]) -> argparse.ArgumentParser:
+    """The options every benchmark shares (corpus, methods, repeats, output)."""
+    ap = argparse.ArgumentParser(description=description)
+    ap.add_argument("--data", type=Path, help="existing directory of *.jsonl (default: generate)")
+    ap.add_argument("--n", type=int, default=200_000, help="records to generate (without --data)")
+    ap.add_argument("--k", type=int, default=4, help="files to generate")
+    ap.add_argument("--seed", type=int, default=12345, help="generator seed")
+    ap.add_argument("--steady-n", type=int, default=2_000_000, help="records of the large run")
+    ap.add_argument("--quick", action="store_true", help="only the small corpus (no steady state)")
+    ap.add_argument("--workdir", type=Path, default=Path(tempfile.gettempdir()) / "tdp-bench")
+    ap.add_argument(
+        "--methods", default=",".join(methods), help=f"comma-separated subset of {','.join(methods)}"
+    )
+    ap.add_argument("--repeat", type=int, default=1, help="runs per measurement; the fastest is kept")
+    ap.add_argument("--timeout", type=float, default=1800, help="seconds per run before it is killed")
+    ap.add_argument("--keep-output", action="store_true", help="keep the output directories")
+    ap.add_argument("--json", type=Path, help="save the results here")
+    return ap
+
+
+def parse_bench_args(
+    ap: argparse.ArgumentParser, argv: Sequence[str] | None, methods: Sequence[str]
+) -> argparse.Namespace:
+    """Parse, and turn ``--methods`` into the known methods in their canonical order."""
+    a = ap.parse_args(argv)
+    chosen = [m.strip() for m in a.methods.split(",") if m.strip()]
+    bad = sorted(set(chosen) - set(methods))
+    if bad:
+        ap.error(f"unknown --methods {bad}; choose from {','.join(methods)}")
+    a.methods = [m for m in methods if m in chosen]
+    return a

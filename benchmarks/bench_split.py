@@ -31,7 +31,6 @@ import json
 import os
 import shutil
 import sys
-import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Optional
@@ -42,9 +41,11 @@ from _common import (  # noqa: E402
     REPO_ROOT,
     BenchRow,
     Measurement,
+    bench_parser,
     best_of,
     input_files,
     measure_ddp_job,
+    parse_bench_args,
     print_table,
     rss_source,
     run_measured,
@@ -193,22 +194,8 @@ def _steady(small: list[BenchRow], big: list[BenchRow]) -> dict[str, float]:
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
-    ap = argparse.ArgumentParser(description="Benchmark an 80/10/10 hash split: ours vs Pool(2) vs HF.")
-    ap.add_argument("--data", type=Path, help="existing directory of *.jsonl (default: generate)")
-    ap.add_argument("--n", type=int, default=200_000, help="records to generate (without --data)")
-    ap.add_argument("--k", type=int, default=4, help="files to generate")
-    ap.add_argument("--seed", type=int, default=12345, help="generator seed")
-    ap.add_argument("--steady-n", type=int, default=2_000_000, help="records of the large run")
-    ap.add_argument("--quick", action="store_true", help="only the small corpus (no steady state)")
-    ap.add_argument("--workdir", type=Path, default=Path(tempfile.gettempdir()) / "tdp-bench")
-    ap.add_argument("--methods", default=",".join(METHODS), help=f"subset of {','.join(METHODS)}")
-    ap.add_argument("--repeat", type=int, default=1, help="runs per measurement; the fastest is kept")
-    ap.add_argument("--timeout", type=float, default=1800)
-    ap.add_argument("--keep-output", action="store_true")
-    ap.add_argument("--json", type=Path, help="save the results here")
-    a = ap.parse_args(argv)
-    a.methods = [m for m in METHODS if m in {x.strip() for x in a.methods.split(",")}]
-    return a
+    ap = bench_parser("Benchmark an 80/10/10 hash split: ours vs Pool(2) vs HF.", METHODS)
+    return parse_bench_args(ap, argv, METHODS)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -34,7 +34,6 @@ import math
 import os
 import shutil
 import sys
-import tempfile
 import time
 from collections.abc import Sequence
 from multiprocessing import Pool
@@ -48,9 +47,11 @@ from _common import (  # noqa: E402
     BenchRow,
     Corpus,
     Measurement,
+    bench_parser,
     best_of,
     input_files,
     measure_ddp_job,
+    parse_bench_args,
     print_table,
     rss_source,
     run_measured,
@@ -271,25 +272,8 @@ def print_comparison(per_size: list[list[BenchRow]], steady: dict[str, float], n
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
-    ap = argparse.ArgumentParser(description="Benchmark stats: ours vs pandas, a plain loop and Pool(2).")
-    ap.add_argument("--data", type=Path, help="existing directory of *.jsonl (default: generate)")
-    ap.add_argument("--n", type=int, default=200_000, help="records to generate (without --data)")
-    ap.add_argument("--k", type=int, default=4, help="files to generate")
-    ap.add_argument("--seed", type=int, default=12345, help="generator seed")
-    ap.add_argument("--steady-n", type=int, default=2_000_000, help="records of the large run")
-    ap.add_argument("--quick", action="store_true", help="only the small corpus (no steady state)")
-    ap.add_argument("--workdir", type=Path, default=Path(tempfile.gettempdir()) / "tdp-bench")
-    ap.add_argument("--methods", default=",".join(METHODS), help=f"subset of {','.join(METHODS)}")
-    ap.add_argument("--repeat", type=int, default=1, help="runs per measurement; the fastest is kept")
-    ap.add_argument("--timeout", type=float, default=1800, help="seconds per run before it is killed")
-    ap.add_argument("--keep-output", action="store_true", help="keep the output directories")
-    ap.add_argument("--json", type=Path, help="save the results here")
-    a = ap.parse_args(argv)
-    methods = {m.strip() for m in a.methods.split(",") if m.strip()}
-    if methods - set(METHODS):
-        ap.error(f"unknown --methods {sorted(methods - set(METHODS))}; choose from {','.join(METHODS)}")
-    a.methods = [m for m in METHODS if m in methods]
-    return a
+    ap = bench_parser("Benchmark stats: ours vs pandas, a plain loop and Pool(2).", METHODS)
+    return parse_bench_args(ap, argv, METHODS)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

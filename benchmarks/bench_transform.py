@@ -38,7 +38,6 @@ import json
 import os
 import shutil
 import sys
-import tempfile
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -51,10 +50,12 @@ from _common import (  # noqa: E402
     BenchRow,
     Corpus,
     Measurement,
+    bench_parser,
     best_of,
     input_files,
     load_fn,
     measure_ddp_job,
+    parse_bench_args,
     print_table,
     rss_source,
     run_measured,
@@ -314,34 +315,10 @@ def _print_comparison(rows: list[BenchRow], ddp: dict[str, BenchRow], steady: li
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
-    ap = argparse.ArgumentParser(
-        description="Benchmark a record transform: ours vs plain loop, Pool(2), HF datasets, Ray.",
-    )
-    ap.add_argument("--data", type=Path, help="existing directory of *.jsonl (default: generate)")
-    ap.add_argument("--n", type=int, default=200_000, help="records to generate (without --data)")
-    ap.add_argument("--k", type=int, default=4, help="files to generate")
-    ap.add_argument("--seed", type=int, default=12345, help="generator seed")
-    ap.add_argument("--steady-n", type=int, default=2_000_000, help="records of the large run")
-    ap.add_argument("--quick", action="store_true", help="only the small corpus (no steady state)")
-    ap.add_argument("--workdir", type=Path, default=Path(tempfile.gettempdir()) / "tdp-bench")
+    ap = bench_parser("Benchmark a record transform: ours vs plain loop, Pool(2), HF datasets, Ray.", METHODS)
     ap.add_argument("--only", choices=TRANSFORMS, help="run one transform only")
-    ap.add_argument(
-        "--methods",
-        default=",".join(METHODS),
-        help=f"comma-separated subset of {','.join(METHODS)}",
-    )
     ap.add_argument("--component", default=COMPONENT, help="torchx component for ours")
-    ap.add_argument("--repeat", type=int, default=1, help="runs per measurement; the fastest is kept")
-    ap.add_argument("--timeout", type=float, default=1800, help="seconds per run before it is killed")
-    ap.add_argument("--keep-output", action="store_true", help="keep the output directories")
-    ap.add_argument("--json", type=Path, help="save the results here")
-    a = ap.parse_args(argv)
-    methods = [m.strip() for m in a.methods.split(",") if m.strip()]
-    bad = sorted(set(methods) - set(METHODS))
-    if bad:
-        ap.error(f"unknown --methods {bad}; choose from {','.join(METHODS)}")
-    a.methods = [m for m in METHODS if m in methods]
-    return a
+    return parse_bench_args(ap, argv, METHODS)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
