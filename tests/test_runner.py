@@ -239,3 +239,16 @@ def test_memory_filesystem_output(tmp_path: Path) -> None:
 def test_gzip_input_helper_roundtrip(tmp_path: Path) -> None:
     p = write_jsonl(tmp_path / "a.jsonl.gz", records(2), compress=True)
     assert gzip.decompress(p.read_bytes()).count(b"\n") == 2
+
+
+def test_previous_output_directory_as_input(tmp_path: Path) -> None:
+    """A committed output can feed the next job: bookkeeping (_SUCCESS, _units/, _errors/) is skipped."""
+    d = tmp_path / "d"
+    d.mkdir()
+    (d / "a.jsonl").write_bytes(b'{"id": 1}\nnot json\n{"id": 2}\n')
+    run(tmp_path, identity, str(d / "a.jsonl"), "first", "--on_error", "skip")
+    assert (tmp_path / "first/_errors").is_dir()
+    m = run(tmp_path, identity, str(tmp_path / "first"), "second")
+    assert m["records_in"] == 2 and [i["path"].rsplit("/", 1)[-1] for i in m["inputs"]] == [
+        "part-00000.jsonl"
+    ]

@@ -43,7 +43,7 @@ def expand_inputs(patterns: List[str]) -> List[Tuple[str, int]]:
             if not matches:
                 raise FileNotFoundError(f"input pattern {pat!r} matched no files; check the path and quoting")
         elif fs.isdir(path):
-            matches = sorted(p for p in fs.find(path) if not os.path.basename(p).startswith(("_", ".")))
+            matches = sorted(p for p in fs.find(path) if not _hidden(p[len(path) :]))
             if not matches:
                 raise FileNotFoundError(f"input directory {pat!r} holds no files")
         elif fs.exists(path):
@@ -53,6 +53,11 @@ def expand_inputs(patterns: List[str]) -> List[Tuple[str, int]]:
         for m in matches:
             out[unstrip(fs, m)] = int(fs.size(m))
     return sorted(out.items())
+
+
+def _hidden(relpath: str) -> bool:
+    """Bookkeeping inside a directory input: any component starting with '_' or '.' (_SUCCESS, _errors/)."""
+    return any(part.startswith(("_", ".")) for part in relpath.split("/") if part)
 
 
 def split_patterns(value: str) -> List[str]:
