@@ -252,3 +252,10 @@ def test_previous_output_directory_as_input(tmp_path: Path) -> None:
     assert m["records_in"] == 2 and [i["path"].rsplit("/", 1)[-1] for i in m["inputs"]] == [
         "part-00000.jsonl"
     ]
+
+
+def test_output_inside_inputs_is_refused(tmp_path: Path) -> None:
+    make_dataset(tmp_path / "d", [3])
+    with pytest.raises(ValueError, match="lies inside --output"):
+        run(tmp_path, identity, str(tmp_path / "d/*.jsonl"), "d", "--overwrite", "True")
+    assert len(list((tmp_path / "d").glob("*.jsonl"))) == 1  # the input survived

@@ -16,7 +16,7 @@ from torchx.specs.finder import ComponentValidationException
 
 from torchx_datapipes import artifact
 from torchx_datapipes.errors import DatapipesError
-from torchx_datapipes.io.fs import expand_inputs, split_patterns
+from torchx_datapipes.io.fs import check_disjoint, expand_inputs, split_patterns
 from torchx_datapipes.io.manifest import has_success, success_url
 
 RUNNER_MODULE = "torchx_datapipes.runner"
@@ -73,7 +73,7 @@ def validate_io(input: str, output: str, overwrite: bool) -> None:
     if not split_patterns(input):
         raise ValueError("--input is empty; pass a glob such as 'data/*.jsonl'")
     if local:
-        expand_inputs(local)
+        check_disjoint(expand_inputs(local), output)
     if not overwrite and _complete(output):
         raise FileExistsError(
             f"{success_url(output)} exists: the output is complete. Pass --overwrite True to replace it"

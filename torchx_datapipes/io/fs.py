@@ -60,6 +60,18 @@ def _hidden(relpath: str) -> bool:
     return any(part.startswith(("_", ".")) for part in relpath.split("/") if part)
 
 
+def check_disjoint(inputs: List[Tuple[str, int]], output: str) -> None:
+    """Refuse an output directory that holds an input: --overwrite would delete the data."""
+    _, out = fs_and_path(output)
+    for url, _ in inputs:
+        _, path = fs_and_path(url)
+        if path == out or path.startswith(out.rstrip("/") + "/"):
+            raise ValueError(
+                f"input {url} lies inside --output {output}; the job would read its own output (and"
+                " --overwrite would delete the input). Choose an output directory outside the inputs"
+            )
+
+
 def split_patterns(value: str) -> List[str]:
     return [p.strip() for p in value.split(",") if p.strip()]
 

@@ -19,7 +19,7 @@ from typing import Any, Callable, Dict, List, Optional, Protocol, Tuple
 from torchx_datapipes.errors import DatapipesError, OutputExistsError
 from torchx_datapipes.io import manifest as mf
 from torchx_datapipes.io.formats import UnitReader
-from torchx_datapipes.io.fs import expand_inputs, fs_and_path, join
+from torchx_datapipes.io.fs import check_disjoint, expand_inputs, fs_and_path, join
 from torchx_datapipes.io.units import Unit, assign, plan_units
 from torchx_datapipes.runner.badrecords import ErrorSink, OnError
 from torchx_datapipes.runner.dist import Dist
@@ -90,6 +90,7 @@ class Engine:
         self.dist = dist or Dist.from_env()
         self.t0 = time.time()
         self.inputs = expand_inputs(list(cfg.inputs))
+        check_disjoint(self.inputs, cfg.output)
         self.units = plan_units(self.inputs, cfg.format, cfg.unit_mb)
         self.fingerprint = mf.fingerprint(
             {"op": op.name, "sha256": cfg.sha256, "options": self.options(), "inputs": self.inputs}
