@@ -9,7 +9,7 @@ result.manifest["records_out"]
 
 import os
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, Optional, Union
+from typing import Any, Callable, Dict, List, Optional, Union
 
 from torchx import specs
 
@@ -36,6 +36,11 @@ class RunResult:
     result: Optional[Dict[str, Any]] = None  # parsed stats.json for stats jobs
 
     @property
+    def status(self) -> str:
+        """The final state, e.g. ``SUCCEEDED`` (same as ``state``)."""
+        return self.state
+
+    @property
     def stats(self) -> Optional[Dict[str, Any]]:
         """The parsed ``stats.json`` of a stats job (same as ``result``)."""
         return self.result
@@ -55,7 +60,7 @@ def _fn_arg(fn: Fn, artifact_store: Optional[str], backend: str) -> str:
 
 def transform(
     fn: Fn,
-    input: str,
+    input: Union[str, List[str]],
     output: str,
     j: str = "1x2",
     artifact_store: Optional[str] = None,
@@ -65,7 +70,13 @@ def transform(
     """Build the transform AppDef; ``fn`` may be a live callable (lambda, closure, ...)."""
     fn_arg = _fn_arg(fn, artifact_store, backend)
     return components.transform(
-        fn=fn_arg, input=input, output=output, j=j, artifact_store=artifact_store, backend=backend, **kwargs
+        fn=fn_arg,
+        input=_inputs(input),
+        output=output,
+        j=j,
+        artifact_store=artifact_store,
+        backend=backend,
+        **kwargs,
     )
 
 
@@ -147,10 +158,23 @@ def _failure_message(runner: Any, handle: str, state: str, status: Any, log_dir:
     return msg
 
 
+def _csv(value: Any) -> Any:
+    """Python-friendly forms of the CLI's compact strings: lists/tuples and dicts become ``a,b`` / ``k=v``."""
+    if isinstance(value, dict):
+        return ",".join(f"{k}={v}" for k, v in value.items())
+    if isinstance(value, (list, tuple)):
+        return ",".join(str(v) for v in value)
+    return value
+
+
+def _inputs(input: Union[str, List[str]]) -> str:
+    return str(_csv(input))
+
+
 def split(
-    input: str,
+    input: Union[str, List[str]],
     output: str,
-    fractions: str = "train=0.8,val=0.1,test=0.1",
+    fractions: Union[str, Dict[str, float]] = "train=0.8,val=0.1,test=0.1",
     fn: Optional[Fn] = None,
     j: str = "1x2",
     artifact_store: Optional[str] = None,
@@ -159,14 +183,15 @@ def split(
 ) -> specs.AppDef:
     """Build the split AppDef; ``fn`` (optional) may be a live callable applied before splitting."""
     fn_arg = _fn_arg(fn, artifact_store, backend) if fn is not None else None
+    kwargs = {k: _csv(v) for k, v in kwargs.items()}  # key=["user_id", "session"] works too
     return components.split(
-        input=input, output=output, fractions=fractions, fn=fn_arg, j=j,
+        input=_inputs(input), output=output, fractions=_csv(fractions), fn=fn_arg, j=j,
         artifact_store=artifact_store, backend=backend, **kwargs,
     )  # fmt: skip
 
 
 def stats(
-    input: str,
+    input: Union[str, List[str]],
     output: str,
     fn: Optional[Fn] = None,
     j: str = "1x2",
@@ -176,6 +201,8 @@ def stats(
 ) -> specs.AppDef:
     """Build the stats AppDef; ``api.run(app).result`` is the parsed stats.json."""
     fn_arg = _fn_arg(fn, artifact_store, backend) if fn is not None else None
+    kwargs = {k: _csv(v) for k, v in kwargs.items()}  # fields=["x", "y"], quantiles=[0.5, 0.9] work too
     return components.stats(
-        input=input, output=output, fn=fn_arg, j=j, artifact_store=artifact_store, backend=backend, **kwargs
-    )
+        input=_inputs(input), output=output, fn=fn_arg, j=j, artifact_store=artifact_store,
+        backend=backend, **kwargs,
+    )  # fmt: skip
