@@ -11,10 +11,9 @@ from torchx_datapipes import api
 def test_python_values_become_cli_strings(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)
     make_dataset(tmp_path / "data", [2, 2])
-    app = api.split(
-        input=["data/part-0.jsonl", "data/part-1.jsonl"], output="out", fractions={"train": 0.75, "val": 0.25},
-        key=["id", "label"], j="1x1",
-    )  # fmt: skip
+    inputs = ["data/part-0.jsonl", "data/part-1.jsonl"]
+    fractions = {"train": 0.75, "val": 0.25}
+    app = api.split(input=inputs, output="out", fractions=fractions, key=["id", "label"], j="1x1")
     cmd = app.roles[0].args[-1]
     assert "--input data/part-0.jsonl,data/part-1.jsonl" in cmd
     assert "--fractions train=0.75,val=0.25" in cmd and "--key id,label" in cmd
