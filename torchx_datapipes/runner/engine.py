@@ -13,8 +13,8 @@ import signal
 import sys
 import time
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, List, Optional, Protocol, Tuple
+from dataclasses import dataclass
+from typing import Any, Dict, List, Optional, Protocol, Tuple
 
 from torchx_datapipes.errors import DatapipesError, OutputExistsError
 from torchx_datapipes.io import manifest as mf
@@ -43,7 +43,6 @@ class RunConfig:
     unit_mb: float = 64.0
     timeout_s: float = 6 * 3600.0
     progress_s: float = 5.0
-    op_args: Dict[str, Any] = field(default_factory=dict)
 
 
 class UnitFn(Protocol):
@@ -262,5 +261,3 @@ def _unit_summary(m: Dict[str, Any]) -> Dict[str, Any]:
 def run_op(cfg: RunConfig, op: Op, fn_label: str = "fn") -> Optional[Dict[str, Any]]:
     return Engine(cfg, op, fn_label).execute()
 
-
-UnitCallable = Callable[[Unit, UnitReader, ErrorSink], Dict[str, Any]]

@@ -65,7 +65,7 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
     return args
 
 
-def to_config(args: argparse.Namespace, op_args: Dict[str, Any]) -> RunConfig:
+def to_config(args: argparse.Namespace) -> RunConfig:
     return RunConfig(
         op=args.op,
         inputs=tuple(split_patterns(args.input)),
@@ -82,7 +82,6 @@ def to_config(args: argparse.Namespace, op_args: Dict[str, Any]) -> RunConfig:
         unit_mb=args.unit_mb,
         timeout_s=args.timeout_s,
         progress_s=args.progress_s,
-        op_args=op_args,
     )
 
 
@@ -123,7 +122,7 @@ def summary(manifest: Dict[str, Any]) -> str:
 @record
 def main(argv: Optional[List[str]] = None) -> Optional[Dict[str, Any]]:
     args = parse_args(argv)
-    cfg = to_config(args, {})
+    cfg = to_config(args)
     fn = load_fn(args)
     op = build_op(args, cfg, fn)
     from torchx_datapipes.runner.apply import fn_name
