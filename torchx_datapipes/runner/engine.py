@@ -260,4 +260,3 @@ def _unit_summary(m: Dict[str, Any]) -> Dict[str, Any]:
 
 def run_op(cfg: RunConfig, op: Op, fn_label: str = "fn") -> Optional[Dict[str, Any]]:
     return Engine(cfg, op, fn_label).execute()
-
