@@ -217,6 +217,10 @@ class ModuleBackend:
         except Exception as e:  # the module's own import errors too: it runs user code
             raise ArtifactError(f"spec {obj!r} does not resolve on the client: {e}") from e
 
+    def checked_dumps(self, obj: Any) -> bytes:
+        self.check(obj)
+        return self.dumps(obj)
+
     def dumps(self, obj: Any) -> bytes:
         target, attr = parse_spec(obj)
         if is_file_target(target):

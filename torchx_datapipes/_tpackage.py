@@ -131,6 +131,10 @@ class TorchPackageBackend:
             raise NotSerializableError(reason)
         _serialcheck.check(obj, pickle_dumps, "torch.package")
 
+    def checked_dumps(self, obj: Any) -> bytes:
+        self.check(obj)
+        return self.dumps(obj)
+
     def dumps(self, obj: Any) -> bytes:
         try:
             return dumps(obj)

@@ -111,7 +111,7 @@ def _check_backend(backend: str) -> None:
 
 class _Backend(Protocol):
     def check(self, obj: Any) -> None: ...
-    def dumps(self, obj: Any) -> bytes: ...
+    def checked_dumps(self, obj: Any) -> bytes: ...
     def loads(self, payload: bytes) -> Any: ...
     def version_problem(self, made: Mapping[str, str], here: Mapping[str, str]) -> str | None: ...
 
@@ -144,11 +144,13 @@ class _CloudpickleBackend:
         with _by_value(obj):
             _serialcheck.check(obj, _cloudpickle_dumps, "cloudpickle")
 
-    def dumps(self, obj: Any) -> bytes:
+    def checked_dumps(self, obj: Any) -> bytes:
+        """Pickle once; only when that fails, walk ``obj`` to name the culprit."""
         with _by_value(obj):
             try:
                 return _cloudpickle_dumps(obj)
-            except Exception as e:  # check() passed, so this is unexpected: still name the object
+            except Exception as e:
+                _serialcheck.check(obj, _cloudpickle_dumps, "cloudpickle")  # raises, naming the path
                 raise NotSerializableError(f"cloudpickle failed on {obj!r}: {e}") from e
 
     def loads(self, payload: bytes) -> Any:
@@ -264,9 +266,8 @@ def package(
     """
     _check_backend(backend)
     impl = _BACKENDS[backend]
-    impl.check(obj)
     versions = _versions()
-    data = _header(backend, versions) + impl.dumps(obj)
+    data = _header(backend, versions) + impl.checked_dumps(obj)
     digest = hashlib.sha256(data).hexdigest()
     root = _normalize_store(store)
     url = f"{root}/{digest}.{_EXTS[backend]}"
