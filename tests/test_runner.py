@@ -1,6 +1,5 @@
 """The runner in-process (``main([...])``): formats, function kinds, errors, resume, units."""
 
-import gzip
 import json
 from pathlib import Path
 from typing import Any, Callable, Dict, List
@@ -234,11 +233,6 @@ def test_memory_filesystem_output(tmp_path: Path) -> None:
           "--artifact", ref.url, "--sha256", ref.sha256])  # fmt: skip
     fs = fsspec.filesystem("memory")
     assert fs.exists("/out/x/_SUCCESS") and len(fs.cat("/out/x/part-00000.jsonl").splitlines()) == 3
-
-
-def test_gzip_input_helper_roundtrip(tmp_path: Path) -> None:
-    p = write_jsonl(tmp_path / "a.jsonl.gz", records(2), compress=True)
-    assert gzip.decompress(p.read_bytes()).count(b"\n") == 2
 
 
 def test_previous_output_directory_as_input(tmp_path: Path) -> None:
