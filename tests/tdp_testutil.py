@@ -77,3 +77,17 @@ def run_torchx(
 
 def manifest(out: Path) -> Dict[str, Any]:
     return json.loads((out / "_SUCCESS").read_text())
+
+
+def run_op(op: str, inp: str, out: Path, *extra: str, fn: Optional[Any] = None) -> Dict[str, Any]:
+    """The runner in-process: ``main([op, --input, --output, ...])``, packaging ``fn`` beside ``out``."""
+    from torchx_datapipes import artifact
+    from torchx_datapipes.runner.main import main
+
+    args = [op, "--input", inp, "--output", str(out), "--progress_s", "0"]
+    if fn is not None:
+        ref = artifact.package(fn, str(out.parent / "store"))
+        args += ["--artifact", ref.url, "--sha256", ref.sha256]
+    manifest = main([*args, *extra])
+    assert manifest is not None
+    return manifest

@@ -6,7 +6,7 @@ from typing import Any, Callable, Dict, List
 
 import orjson
 import pytest
-from tdp_testutil import canon, make_dataset, read_output, records, write_jsonl
+from tdp_testutil import canon, make_dataset, read_output, records, run_op, write_jsonl
 
 import torchx_datapipes as tdp
 from torchx_datapipes import artifact
@@ -18,11 +18,7 @@ from torchx_datapipes.runner.main import main
 
 
 def run(tmp: Path, fn: Callable[..., Any], inp: str, out: str = "out", *extra: str) -> Dict[str, Any]:
-    ref = artifact.package(fn, str(tmp / "store"))
-    args = ["transform", "--input", inp, "--output", str(tmp / out), "--artifact", ref.url]
-    manifest = main([*args, "--sha256", ref.sha256, "--progress_s", "0", *extra])
-    assert manifest is not None
-    return manifest
+    return run_op("transform", inp, tmp / out, *extra, fn=fn)
 
 
 def identity(r: Any) -> Any:

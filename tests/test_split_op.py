@@ -9,12 +9,11 @@ from typing import Any, Callable
 
 import orjson
 import pytest
-from tdp_testutil import canon, make_dataset, manifest, part_bytes, read_output, records, write_jsonl
+from tdp_testutil import canon, make_dataset, manifest, part_bytes, read_output, records, run_op, write_jsonl
 
-from torchx_datapipes import artifact, components
+from torchx_datapipes import components
 from torchx_datapipes.errors import OutputExistsError
 from torchx_datapipes.runner.badrecords import RecordError
-from torchx_datapipes.runner.main import main
 from torchx_datapipes.split import assign_hash, hash_keys, largest_remainder, parse_fractions, parse_key
 
 SPLITS = ("train", "val", "test")
@@ -29,13 +28,7 @@ MODES = {
 
 
 def split(inp: str, out: Path, *extra: str, fractions: str = FR, fn: Callable[..., Any] | None = None) -> Any:
-    args = ["split", "--input", inp, "--output", str(out), "--fractions", fractions, "--progress_s", "0"]
-    if fn is not None:
-        ref = artifact.package(fn, str(out.parent / "store"))
-        args += ["--artifact", ref.url, "--sha256", ref.sha256]
-    m = main([*args, *extra])
-    assert m is not None
-    return m
+    return run_op("split", inp, out, "--fractions", fractions, *extra, fn=fn)
 
 
 def contents(out: Path, names: tuple[str, ...] = SPLITS) -> dict[str, list[Any]]:

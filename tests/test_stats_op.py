@@ -11,7 +11,7 @@ from typing import Any, Callable, Dict, List, Optional
 import numpy as np
 import orjson
 import pytest
-from tdp_testutil import write_jsonl
+from tdp_testutil import run_op, write_jsonl
 from test_e2e_stats import (
     BAD_LINES,
     FIELDS,
@@ -23,22 +23,14 @@ from test_e2e_stats import (
     write_data,
 )
 
-from torchx_datapipes import artifact
 from torchx_datapipes.errors import DatapipesError, OutputExistsError
-from torchx_datapipes.runner.main import main
 from torchx_datapipes.stats import SCHEMA_VERSION
 
 N = 6_000
 
 
 def run_stats(inp: str, out: Path, *extra: str, fn: Optional[Callable[..., Any]] = None) -> Dict[str, Any]:
-    args = ["stats", "--input", inp, "--output", str(out), "--progress_s", "0"]
-    if fn is not None:
-        ref = artifact.package(fn, str(out.parent / "store"))
-        args += ["--artifact", ref.url, "--sha256", ref.sha256]
-    m = main([*args, *extra])
-    assert m is not None
-    return m
+    return run_op("stats", inp, out, *extra, fn=fn)
 
 
 def load(out: Path) -> Dict[str, Any]:
