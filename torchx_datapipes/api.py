@@ -9,7 +9,7 @@ result.manifest["records_out"]
 
 import os
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, List, Optional, Union
+from typing import Any, Callable, Dict, List, Optional, Tuple, Union
 
 from torchx import specs
 
@@ -171,6 +171,14 @@ def _inputs(input: Union[str, List[str]]) -> str:
     return str(_csv(input))
 
 
+def _optional_fn(
+    fn: Optional[Fn], artifact_store: Optional[str], backend: str, kwargs: Dict[str, Any]
+) -> Tuple[Optional[str], Dict[str, Any]]:
+    """The ``--fn`` argument of split/stats (packaged if live) and kwargs in their CLI form."""
+    fn_arg = _fn_arg(fn, artifact_store, backend) if fn is not None else None
+    return fn_arg, {k: _csv(v) for k, v in kwargs.items()}  # key=["a", "b"], fields=[...] work too
+
+
 def split(
     input: Union[str, List[str]],
     output: str,
@@ -182,8 +190,7 @@ def split(
     **kwargs: Any,
 ) -> specs.AppDef:
     """Build the split AppDef; ``fn`` (optional) may be a live callable applied before splitting."""
-    fn_arg = _fn_arg(fn, artifact_store, backend) if fn is not None else None
-    kwargs = {k: _csv(v) for k, v in kwargs.items()}  # key=["user_id", "session"] works too
+    fn_arg, kwargs = _optional_fn(fn, artifact_store, backend, kwargs)
     return components.split(
         input=_inputs(input), output=output, fractions=_csv(fractions), fn=fn_arg, j=j,
         artifact_store=artifact_store, backend=backend, **kwargs,
@@ -200,8 +207,7 @@ def stats(
     **kwargs: Any,
 ) -> specs.AppDef:
     """Build the stats AppDef; ``api.run(app).result`` is the parsed stats.json."""
-    fn_arg = _fn_arg(fn, artifact_store, backend) if fn is not None else None
-    kwargs = {k: _csv(v) for k, v in kwargs.items()}  # fields=["x", "y"], quantiles=[0.5, 0.9] work too
+    fn_arg, kwargs = _optional_fn(fn, artifact_store, backend, kwargs)
     return components.stats(
         input=_inputs(input), output=output, fn=fn_arg, j=j, artifact_store=artifact_store,
         backend=backend, **kwargs,
