@@ -1,0 +1,37 @@
+"""A key/value cache shared by DataLoader workers, ranks and reruns.
+
+``open_cache(url)`` picks a backend by URL: ``memory://`` (per process, the old
+torchdata behaviour), ``sqlite:///path`` (one machine, no server), ``redis://host:port/db``
+and ``memcached://host:port[,host:port]`` (a cluster). Every backend has the same API and
+the same failure policy: the cache is an optimisation, so a backend failure is a miss,
+never a failed job or a wrong value. Caches pickle their configuration only and reconnect
+lazily in each process.
+
+Non-goals: this is not a database -- values can be evicted or lost at any time -- and it is
+not a security boundary: values are unpickled, so only use a server you trust.
+
+Holders (import on use, they import torch): :mod:`torchx_datapipes.cache.holders`.
+"""
+
+from torchx_datapipes.cache.base import Cache
+from torchx_datapipes.cache.codec import BytesCodec, Codec, CodecError, PickleCodec, TensorCodec
+from torchx_datapipes.cache.errors import CacheBackendError, CacheError, CacheValueError
+from torchx_datapipes.cache.registry import CacheURL, open_cache, register_cache, schemes
+from torchx_datapipes.cache.stats import CacheStats
+
+__all__ = [
+    "BytesCodec",
+    "Cache",
+    "CacheBackendError",
+    "CacheError",
+    "CacheStats",
+    "CacheURL",
+    "CacheValueError",
+    "Codec",
+    "CodecError",
+    "PickleCodec",
+    "TensorCodec",
+    "open_cache",
+    "register_cache",
+    "schemes",
+]

@@ -1,0 +1,320 @@
+"""The cache interface: a small abstract core per backend, everything else built once here.
+
+A backend implements five methods over ``str`` keys and ``bytes`` values:
+``_get_many``, ``_set_many``, ``_delete_many``, ``_clear`` and ``_close``. This base class
+adds the public API (``get``/``set``/``get_many``/``set_many``/``delete``/``in``/
+``get_or_compute``/``clear``/``stats``), the value codec, key hashing, namespaces, TTL,
+counters and the failure policy.
+
+Failure policy -- the cache is an optimisation and must never fail a job or return wrong
+data: a backend error or timeout is a miss (the caller computes from the source); after
+``failures`` consecutive errors the circuit breaker stops calling the server for
+``cooldown`` seconds, then lets one probe through; a value that fails to decode is a miss
+and is deleted; a value over ``max_value_bytes`` is not stored; a write the server refuses
+is counted in ``stats().rejected``. Each kind of problem is logged once per process.
+``strict=True`` raises :class:`CacheError` instead (for tests).
+
+Pickling: a cache pickles only its configuration. Connections, counters and the breaker
+live in ``_live_*`` attributes that are dropped by ``__getstate__`` and rebuilt lazily in
+each process (checked by pid), so a cache can be handed to DataLoader workers under fork,
+spawn or forkserver, or shipped inside a cloudpickle / torch.package artifact.
+"""
+
+import abc
+import logging
+import os
+import time
+from typing import (
+    Any,
+    Callable,
+    ClassVar,
+    Dict,
+    Hashable,
+    Iterable,
+    List,
+    Mapping,
+    Optional,
+    Sequence,
+    Set,
+    Tuple,
+    TypeVar,
+    Union,
+)
+
+from torchx_datapipes.cache.breaker import CircuitBreaker
+from torchx_datapipes.cache.codec import Codec, CodecError, codec_named
+from torchx_datapipes.cache.errors import CacheBackendError, CacheValueError
+from torchx_datapipes.cache.keys import check_name, stored_key
+from torchx_datapipes.cache.stats import CacheStats
+
+log = logging.getLogger("torchx_datapipes.cache")
+V = TypeVar("V")
+K = TypeVar("K", bound=Hashable)
+_MISSING: Any = object()
+# connections inherited across fork are never closed by the child (that could shut the
+# parent's socket); they are kept referenced here so garbage collection does not close them.
+_INHERITED: List[Any] = []
+
+
+class Cache(abc.ABC):
+    """A key/value cache shared according to its backend (see ``open_cache``).
+
+    Args:
+        namespace: keys of different namespaces never collide; ``clear()`` clears one namespace.
+        version: part of every key; bump it to invalidate everything a namespace holds.
+        ttl: seconds a value lives (None: until evicted or cleared).
+        codec: ``"tensor"`` (default), ``"pickle"``, ``"bytes"`` or a :class:`Codec` object.
+        strict: raise :class:`CacheError` on any failure instead of treating it as a miss.
+        timeout: seconds any one backend call may block (network backends).
+        failures: consecutive failures that open the circuit breaker.
+        cooldown: seconds the breaker stays open before a probe.
+        max_value_bytes: encoded values larger than this are not stored (backend default if None).
+        clock: monotonic clock for the breaker and TTLs (injected by tests).
+    """
+
+    scheme: ClassVar[str] = ""
+    default_max_value_bytes: ClassVar[Optional[int]] = None
+
+    def __init__(
+        self,
+        *,
+        namespace: str = "default",
+        version: str = "0",
+        ttl: Optional[float] = None,
+        codec: Union[str, Codec] = "tensor",
+        strict: bool = False,
+        timeout: float = 0.5,
+        failures: int = 2,
+        cooldown: float = 5.0,
+        max_value_bytes: Optional[int] = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.namespace = check_name("namespace", namespace)
+        self.version = check_name("version", str(version))
+        if ttl is not None and ttl <= 0:
+            raise ValueError(f"cache ttl must be > 0 seconds or None, got {ttl!r}")
+        if timeout <= 0:
+            raise ValueError(f"cache timeout must be > 0 seconds, got {timeout!r}")
+        self.ttl, self.strict, self.timeout = ttl, bool(strict), float(timeout)
+        self.failures, self.cooldown = int(failures), float(cooldown)
+        self.codec: Codec = codec_named(codec) if isinstance(codec, str) else codec
+        self.max_value_bytes = (
+            max_value_bytes if max_value_bytes is not None else self.default_max_value_bytes
+        )
+        self.clock = clock
+        CircuitBreaker(self.failures, self.cooldown, clock)  # validate now, not in a worker
+        self._live_pid = -1
+
+    # ----------------------------------------------------------------- the abstract core
+    @abc.abstractmethod
+    def _get_many(self, keys: List[str]) -> Dict[str, bytes]:
+        """Stored bytes of the keys that exist (absent keys are left out)."""
+
+    @abc.abstractmethod
+    def _set_many(self, items: Dict[str, bytes], ttl: Optional[float]) -> List[str]:
+        """Store the items; return the keys the backend refused (raise if the call failed)."""
+
+    @abc.abstractmethod
+    def _delete_many(self, keys: List[str]) -> None:
+        """Delete the keys (absent keys are fine)."""
+
+    @abc.abstractmethod
+    def _clear(self, prefix: str) -> None:
+        """Delete every key that starts with ``prefix`` (one namespace and version)."""
+
+    @abc.abstractmethod
+    def _close(self) -> None:
+        """Close this process's connection ``self._live_conn``, if any, and set it to None."""
+
+    def _prefix(self) -> str:
+        return f"{self.namespace}:{self.version}:"
+
+    # ------------------------------------------------------------------- process state
+    def _live(self) -> None:
+        """(Re)build per-process state when first used in this process."""
+        pid = os.getpid()
+        if self._live_pid != pid:
+            live = [k for k in self.__dict__ if k.startswith("_live")]
+            if self._live_pid != -1:  # forked: keep the parent's connections alive, unused
+                _INHERITED.extend(self.__dict__[k] for k in live if k.startswith("_live_conn"))
+            for k in live:
+                del self.__dict__[k]
+            self._live_pid = pid
+            self._live_conn: Any = None
+            self._live_breaker = CircuitBreaker(self.failures, self.cooldown, self.clock)
+            self._live_stats = CacheStats()
+            self._live_warned: Set[str] = set()
+
+    def __getstate__(self) -> Dict[str, Any]:
+        return {k: v for k, v in self.__dict__.items() if not k.startswith("_live")}
+
+    def __setstate__(self, state: Dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._live_pid = -1
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.describe()!r}, namespace={self.namespace!r})"
+
+    def describe(self) -> str:
+        """Where the cache lives, without credentials (for logs and manifests)."""
+        return self.scheme + "://"
+
+    def _warn(self, kind: str, message: str) -> None:
+        if kind not in self._live_warned:
+            self._live_warned.add(kind)
+            log.warning("cache %s: %s (logged once per process; see stats())", self.describe(), message)
+
+    def _call(self, op: str, fn: Callable[..., V], *args: Any) -> Tuple[bool, Optional[V]]:
+        """Run a core call under the failure policy: (True, result) or (False, None)."""
+        self._live()
+        breaker, st = self._live_breaker, self._live_stats
+        if not breaker.allow():
+            st.bypassed += 1
+            if self.strict:
+                raise CacheBackendError(f"{self.describe()}: circuit breaker open, {op} not sent")
+            return False, None
+        try:
+            result = fn(*args)
+        except Exception as e:
+            st.errors += 1
+            if breaker.failure():
+                st.breaker_opens += 1
+                self._warn("breaker", f"circuit breaker opened; retrying after {self.cooldown:g}s")
+            if self.strict:
+                raise CacheBackendError(f"{self.describe()}: {op} failed: {type(e).__name__}: {e}") from e
+            self._warn("error:" + op, f"{op} failed, treated as a miss: {type(e).__name__}: {e}")
+            return False, None
+        breaker.success()
+        return True, result
+
+    # ---------------------------------------------------------------------- public API
+    def get_many(self, keys: Iterable[K]) -> Dict[K, Any]:
+        """The cached values of the keys that are present; absent or failed keys are left out."""
+        by_stored: Dict[str, K] = {}
+        for k in keys:
+            by_stored[stored_key(self._prefix(), k)] = k
+        if not by_stored:
+            return {}
+        ok, raw = self._call("get", self._get_many, list(by_stored))
+        st = self._live_stats
+        found: Dict[K, Any] = {}
+        corrupt: List[str] = []
+        raw = raw if ok and raw else {}
+        for skey in by_stored:  # in the order asked
+            data = raw.get(skey)
+            if data is None:
+                continue
+            st.bytes_read += len(data)
+            try:
+                found[by_stored[skey]] = self.codec.decode(data)
+            except CodecError as e:
+                st.decode_errors += 1
+                corrupt.append(skey)
+                if self.strict:
+                    raise CacheValueError(f"{self.describe()}: value of {by_stored[skey]!r}: {e}") from e
+                self._warn("decode", f"a stored value failed to decode ({e}); treated as a miss and deleted")
+        if corrupt:
+            self._call("delete", self._delete_many, corrupt)
+        st.hits += len(found)
+        st.misses += len(by_stored) - len(found)
+        return found
+
+    def get(self, key: Hashable, default: Any = None) -> Any:
+        """The cached value of ``key``, or ``default``."""
+        return self.get_many([key]).get(key, default)
+
+    def set_many(self, items: Union[Mapping[K, Any], Iterable[Tuple[K, Any]]]) -> int:
+        """Store the values; return how many were stored (oversize/rejected/failed ones are counted)."""
+        pairs = items.items() if isinstance(items, Mapping) else items
+        self._live()
+        st, prefix, limit = self._live_stats, self._prefix(), self.max_value_bytes
+        encoded: Dict[str, bytes] = {}
+        for k, v in pairs:
+            data = self.codec.encode(v)
+            if limit is not None and len(data) > limit:
+                st.oversize += 1
+                msg = f"value of {len(data)} bytes exceeds max_value_bytes={limit}; not stored"
+                if self.strict:
+                    raise CacheValueError(f"{self.describe()}: key {k!r}: {msg}")
+                self._warn("oversize", msg + " (raise max_value_bytes= or the server's item size limit)")
+                continue
+            encoded[stored_key(prefix, k)] = data
+        if not encoded:
+            return 0
+        ok, refused = self._call("set", self._set_many, encoded, self.ttl)
+        if not ok:
+            return 0
+        refused = refused or []
+        if refused:
+            st.rejected += len(refused)
+            msg = f"the server refused {len(refused)} of {len(encoded)} values"
+            if self.strict:
+                raise CacheValueError(f"{self.describe()}: {msg}")
+            self._warn("rejected", msg + " (they will be recomputed; see stats().rejected)")
+        bad = set(refused)
+        stored = [k for k in encoded if k not in bad]
+        st.sets += len(stored)
+        st.bytes_written += sum(len(encoded[k]) for k in stored)
+        return len(stored)
+
+    def set(self, key: Hashable, value: Any) -> bool:
+        """Store one value; True if it was stored."""
+        return self.set_many([(key, value)]) == 1
+
+    def delete_many(self, keys: Iterable[Hashable]) -> None:
+        skeys = [stored_key(self._prefix(), k) for k in keys]
+        if skeys:
+            self._call("delete", self._delete_many, skeys)
+
+    def delete(self, key: Hashable) -> None:
+        self.delete_many([key])
+
+    def __contains__(self, key: Hashable) -> bool:
+        ok, raw = self._call("get", self._get_many, [stored_key(self._prefix(), key)])
+        return bool(ok and raw)
+
+    def get_or_compute(self, key: Hashable, compute: Callable[[], V]) -> V:
+        """The cached value of ``key``; on a miss ``compute()`` it, store it and return it."""
+        value = self.get_many([key]).get(key, _MISSING)
+        if value is _MISSING:
+            value = compute()
+            self.set_many([(key, value)])
+        return value  # type: ignore[no-any-return]
+
+    def get_or_compute_many(self, keys: Sequence[K], compute: Callable[[List[K]], Sequence[V]]) -> List[V]:
+        """Values for ``keys`` in order: one ``get_many``, ``compute(missing_keys)``, one ``set_many``."""
+        found = self.get_many(keys)
+        missing = [k for k in dict.fromkeys(keys) if k not in found]
+        if missing:
+            computed = list(compute(missing))
+            if len(computed) != len(missing):
+                raise ValueError(f"compute returned {len(computed)} values for {len(missing)} keys")
+            fresh = dict(zip(missing, computed))
+            self.set_many(fresh)
+            found.update(fresh)
+        return [found[k] for k in keys]
+
+    def clear(self) -> None:
+        """Delete every value of this namespace and version (other namespaces are untouched)."""
+        self._call("clear", self._clear, self._prefix())
+
+    def stats(self) -> CacheStats:
+        """A snapshot of this process's counters."""
+        self._live()
+        return CacheStats(**self._live_stats.as_dict())
+
+    @property
+    def breaker_state(self) -> str:
+        self._live()
+        return self._live_breaker.state.value
+
+    def close(self) -> None:
+        """Close this process's connection (the cache reconnects if used again)."""
+        if self._live_pid == os.getpid():
+            self._close()
+
+    def __enter__(self) -> "Cache":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()

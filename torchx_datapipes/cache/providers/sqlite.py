@@ -1,0 +1,119 @@
+"""``sqlite:///path/to/cache.db``: a node-local cache shared by every process on a machine.
+
+No server: each process opens the same SQLite file (stdlib ``sqlite3``). WAL mode lets
+readers run while one process writes; ``synchronous=NORMAL`` skips fsync per commit (a
+cache may lose its last writes in a power cut, never its consistency); reads go through
+an mmap of the file, so hot values sit once in the OS page cache instead of once per
+process. Measured on 2 cores: ~110k gets/s per process, ~340k/s batched over 2
+(../shared/DESIGN.md). Put the file on local disk or ``/dev/shm``, never on NFS.
+LMDB is faster but cannot be used across fork and has a single writer and a fixed size.
+"""
+
+import os
+import sqlite3
+import time
+from typing import Any, Dict, List, Optional
+
+from torchx_datapipes.cache.base import Cache
+
+_BATCH = 500  # bound variables per statement (SQLite allows 32766; smaller is faster to plan)
+_SCHEMA = "CREATE TABLE IF NOT EXISTS kv (k TEXT PRIMARY KEY, v BLOB NOT NULL, expires REAL) WITHOUT ROWID"
+
+
+class SqliteCache(Cache):
+    """A SQLite file shared by all processes of one machine.
+
+    Args:
+        path: the database file (created with its directory if missing).
+        lock_timeout: seconds to wait for another process's write lock before giving up
+            (a give-up counts as an error, i.e. a miss or an unstored value).
+        mmap_bytes: bytes of the file to map into memory for reads.
+        **options: see :class:`~torchx_datapipes.cache.base.Cache`.
+    """
+
+    scheme = "sqlite"
+    default_max_value_bytes = 512 * 1024 * 1024
+
+    def __init__(
+        self, path: str, lock_timeout: float = 10.0, mmap_bytes: int = 1 << 30, **options: Any
+    ) -> None:
+        super().__init__(**options)
+        if not path:
+            raise ValueError("sqlite cache needs a file path, e.g. sqlite:///dev/shm/tdp-cache.db")
+        self.path, self.lock_timeout, self.mmap_bytes = (
+            os.path.abspath(path),
+            float(lock_timeout),
+            int(mmap_bytes),
+        )
+
+    @classmethod
+    def from_url(cls, location: str, path: str, **options: Any) -> "SqliteCache":
+        if location:
+            raise ValueError(
+                f"sqlite cache URL has a host part {location!r}: write sqlite:///absolute/path.db"
+                " (three slashes) or sqlite://./relative.db"
+            )
+        return cls(path, **options)
+
+    def describe(self) -> str:
+        return f"sqlite://{self.path}"
+
+    def _db(self) -> sqlite3.Connection:
+        if self._live_conn is None:
+            os.makedirs(os.path.dirname(self.path), exist_ok=True)
+            conn = sqlite3.connect(self.path, timeout=self.lock_timeout, isolation_level=None)
+            conn.execute(f"PRAGMA busy_timeout={int(self.lock_timeout * 1000)}")
+            conn.execute("PRAGMA journal_mode=WAL")
+            conn.execute("PRAGMA synchronous=NORMAL")
+            conn.execute(f"PRAGMA mmap_size={self.mmap_bytes}")
+            conn.execute("PRAGMA cache_size=-16384")  # 16 MiB of page cache per process
+            conn.execute(_SCHEMA)
+            self._live_conn = conn
+        return self._live_conn  # type: ignore[no-any-return]
+
+    def _get_many(self, keys: List[str]) -> Dict[str, bytes]:
+        db, now = self._db(), time.time()
+        out: Dict[str, bytes] = {}
+        for i in range(0, len(keys), _BATCH):
+            chunk = keys[i : i + _BATCH]
+            marks = ",".join("?" * len(chunk))
+            rows = db.execute(
+                f"SELECT k, v FROM kv WHERE k IN ({marks}) AND (expires IS NULL OR expires > ?)",
+                (*chunk, now),
+            )
+            out.update(rows)
+        return out
+
+    def _set_many(self, items: Dict[str, bytes], ttl: Optional[float]) -> List[str]:
+        db = self._db()
+        expires = None if ttl is None else time.time() + ttl
+        db.execute("BEGIN IMMEDIATE")
+        try:
+            db.executemany(
+                "INSERT OR REPLACE INTO kv (k, v, expires) VALUES (?, ?, ?)",
+                ((k, v, expires) for k, v in items.items()),
+            )
+            if ttl is not None:
+                db.execute("DELETE FROM kv WHERE expires IS NOT NULL AND expires <= ?", (time.time(),))
+            db.execute("COMMIT")
+        except BaseException:
+            db.execute("ROLLBACK")
+            raise
+        return []
+
+    def _delete_many(self, keys: List[str]) -> None:
+        db = self._db()
+        for i in range(0, len(keys), _BATCH):
+            chunk = keys[i : i + _BATCH]
+            db.execute(f"DELETE FROM kv WHERE k IN ({','.join('?' * len(chunk))})", chunk)
+
+    def _clear(self, prefix: str) -> None:
+        # keys are ASCII; every key with this prefix sorts in [prefix, prefix-with-last-char+1)
+        self._db().execute(
+            "DELETE FROM kv WHERE k >= ? AND k < ?", (prefix, prefix[:-1] + chr(ord(prefix[-1]) + 1))
+        )
+
+    def _close(self) -> None:
+        if self._live_conn is not None:
+            self._live_conn.close()
+            self._live_conn = None
