@@ -158,3 +158,13 @@ def validate_split(fractions: str, method: str) -> None:
     parse_fractions(fractions)
     if method not in ("hash", "exact"):
         raise ValueError(f"--method must be hash or exact, got {method!r}")
+
+
+def validate_cache(url: Optional[str]) -> List[str]:
+    """Check a ``--cache`` URL on the client (syntax, scheme, options); return the runner args."""
+    if not url:
+        return []
+    from torchx_datapipes.cache.registry import CacheURL, cache_class
+
+    cache_class(CacheURL.parse(url).scheme)
+    return ["--cache", url]

@@ -32,6 +32,7 @@ def transform(
     artifact_store: Optional[str] = None,
     backend: str = "cloudpickle",
     unit_mb: float = 64.0,
+    cache: Optional[str] = None,
     name: str = "/transform",
     image: str = torchx.IMAGE,
     h: Optional[str] = None,
@@ -73,6 +74,10 @@ def transform(
         backend: how the function is shipped: cloudpickle, torch.package or module (import it by name
             where the job runs; the code must be in the image/workspace)
         unit_mb: target size in MB of a unit of work (large text files are split at line boundaries)
+        cache: memoize the function per record in a shared cache, keyed by (function sha256, record),
+            so a rerun on the same data computes nothing: redis://host:6379/0, memcached://host:11211,
+            sqlite:///dev/shm/tdp.db (one machine) or memory:// (per process); options as a query,
+            e.g. ?namespace=clean&ttl=86400. The manifest reports hits and misses
         name: job name, {experimentname}/{runname}
         image: image (e.g. docker) for non-local schedulers
         h: a registered named resource (takes precedence over cpu, gpu, memMB)
@@ -87,9 +92,10 @@ def transform(
     """
     with _appdef.client_checks():
         _appdef.validate_io(input, output, overwrite)
+        cache_args = _appdef.validate_cache(cache)
         fn_args = _appdef.fn_args(fn, artifact_store, backend)
     args = [
-        *("--input", input, "--output", output, *fn_args),
+        *("--input", input, "--output", output, *fn_args, *cache_args),
         *("--format", format, "--output_format", output_format, "--num_workers", str(num_workers)),
         *("--batch_size", str(batch_size), "--on_error", on_error, "--max_error_rate", str(max_error_rate)),
         *("--unit_mb", str(unit_mb)),

@@ -1,9 +1,10 @@
 """Apply a user function of any declared kind to a unit's record stream."""
 
-from typing import Any, Callable, Iterable, Iterator, List, Sequence, Tuple, cast
+from typing import Any, Callable, Iterable, Iterator, List, Optional, Sequence, Tuple, cast
 
 from torchx_datapipes.kinds import FnKind, kind_of
 from torchx_datapipes.runner.badrecords import ErrorSink, OnError, RecordError
+from torchx_datapipes.runner.memo import Memo, materialize
 
 Batches = Iterator[Tuple[List[Any], Sequence[int]]]
 
@@ -16,8 +17,8 @@ def fn_name(fn: Any) -> str:
 class Applier:
     """Runs ``fn`` over batches; counts filtered records; sends failures to the sink."""
 
-    def __init__(self, fn: Callable[..., Any], on_error: OnError) -> None:
-        self.fn, self.kind, self.on_error = fn, kind_of(fn), on_error
+    def __init__(self, fn: Callable[..., Any], on_error: OnError, memo: Optional[Memo] = None) -> None:
+        self.fn, self.kind, self.on_error, self.memo = fn, kind_of(fn), on_error, memo
         self.filtered = 0
 
     def run(self, batches: Batches, sink: ErrorSink) -> Iterator[List[Any]]:
@@ -35,6 +36,8 @@ class Applier:
         sink.drain_parse_errors()
 
     def _per_record(self, recs: List[Any], lines: Sequence[int], sink: ErrorSink) -> List[Any]:
+        if self.memo is not None:
+            return self._memoized(self.memo, recs, lines, sink)
         fn, out = self.fn, cast(List[Any], [])
         append, extend = out.append, out.extend
         filtered = 0
@@ -52,6 +55,31 @@ class Applier:
             except Exception as e:
                 sink.record_failed(lines[i], rec, e)
         self.filtered += filtered
+        return out
+
+    def _memoized(self, memo: Memo, recs: List[Any], lines: Sequence[int], sink: ErrorSink) -> List[Any]:
+        """Per-record with the cache: one get_many for the batch, the function on misses, one set_many."""
+        keys = memo.keys(recs)
+        cached = memo.lookup(keys)
+        out: List[Any] = []
+        fresh = []
+        for i, rec in enumerate(recs):
+            if i in cached:
+                r = cached[i]
+            else:
+                try:
+                    r = materialize(self.fn(rec))
+                except Exception as e:
+                    sink.record_failed(lines[i], rec, e)
+                    continue
+                fresh.append((keys[i], r))
+            if r is None:
+                self.filtered += 1
+            elif isinstance(r, (list, tuple)):
+                out.extend(r)
+            else:
+                out.append(r)
+        memo.store(fresh)
         return out
 
     def _batched(self, recs: List[Any], lines: Sequence[int], sink: ErrorSink) -> List[Any]:

@@ -45,7 +45,9 @@ def _common(p: argparse.ArgumentParser) -> None:
 def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m torchx_datapipes.runner")
     sub = parser.add_subparsers(dest="op", required=True)
-    _common(sub.add_parser("transform", help="apply a function to every record"))
+    tr = sub.add_parser("transform", help="apply a function to every record")
+    _common(tr)
+    tr.add_argument("--cache", default=None, help="memoize the function per record in this cache URL")
     sp = sub.add_parser("split", help="train/val/test split")
     _common(sp)
     sp.add_argument("--fractions", required=True)
@@ -98,7 +100,16 @@ def build_op(args: argparse.Namespace, cfg: RunConfig, fn: Optional[Callable[...
         from torchx_datapipes.runner.transform import TransformOp
 
         assert fn is not None
-        return TransformOp(fn, cfg.output, cfg.output_format, cfg.on_error)
+        memo = None
+        if args.cache:
+            from torchx_datapipes import artifact
+            from torchx_datapipes.kinds import kind_of
+            from torchx_datapipes.runner.apply import fn_name
+            from torchx_datapipes.runner.memo import Memo
+
+            sha = args.sha256 or artifact.sha256_of_url(args.artifact)
+            memo = Memo(args.cache, sha, kind_of(fn), fn_name(fn))
+        return TransformOp(fn, cfg.output, cfg.output_format, cfg.on_error, memo)
     if args.op == "split":
         from torchx_datapipes.runner.split import SplitOp
 

@@ -1,6 +1,6 @@
 """The transform op: apply the user's function, write one part per unit."""
 
-from typing import Any, Callable, Dict, List
+from typing import Any, Callable, Dict, List, Optional
 
 from torchx_datapipes.io.formats import UnitReader
 from torchx_datapipes.io.fs import join
@@ -8,13 +8,22 @@ from torchx_datapipes.io.units import Unit
 from torchx_datapipes.io.writers import PartWriter, encode_checked, part_name
 from torchx_datapipes.runner.apply import Applier
 from torchx_datapipes.runner.badrecords import ErrorSink
+from torchx_datapipes.runner.memo import Memo, stats_delta, summarize
 
 
 class TransformOp:
     name = "transform"
 
-    def __init__(self, fn: Callable[..., Any], output: str, output_format: str, on_error: Any) -> None:
+    def __init__(
+        self,
+        fn: Callable[..., Any],
+        output: str,
+        output_format: str,
+        on_error: Any,
+        memo: Optional[Memo] = None,
+    ) -> None:
         self.fn, self.output, self.output_format, self.on_error = fn, output, output_format, on_error
+        self.memo = memo
 
     def options(self) -> Dict[str, Any]:
         return {}
@@ -25,7 +34,8 @@ class TransformOp:
     def process(self, unit: Unit, reader: UnitReader, sink: ErrorSink) -> Dict[str, Any]:
         rel = part_name(unit.index, self.output_format)
         writer = PartWriter(join(self.output, rel), self.output_format)
-        applier = Applier(self.fn, self.on_error)
+        applier = Applier(self.fn, self.on_error, self.memo)
+        before = self.memo.stats() if self.memo else None
         try:
             for out in applier.run(reader.batches(), sink):
                 if self.output_format == "jsonl":
@@ -39,11 +49,15 @@ class TransformOp:
         except BaseException:
             writer.abort()
             raise
-        return {"records_out": writer.records, "filtered": applier.filtered, "outputs": [rel]}
+        meta: Dict[str, Any] = {"records_out": writer.records, "filtered": applier.filtered, "outputs": [rel]}
+        if self.memo is not None and before is not None:
+            meta["cache"] = stats_delta(before, self.memo.stats())
+        return meta
 
     def finalize(self, engine: Any, metas: List[Dict[str, Any]]) -> Dict[str, Any]:
         return {
             "records_out": sum(m["records_out"] for m in metas),
             "filtered": sum(m["filtered"] for m in metas),
             "output": self.output,
+            **({"cache": summarize(self.memo, metas)} if self.memo is not None else {}),
         }

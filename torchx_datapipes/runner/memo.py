@@ -1,0 +1,76 @@
+"""``transform --cache URL``: memoize the user's per-record function in a shared cache.
+
+The key of a record is (artifact sha256, the record's canonical bytes), so the same
+function on the same record hits from any rank, worker or later job, and a changed
+function (a new sha256) never sees the old results. Each batch costs one ``get_many`` and
+one ``set_many``. Failures follow the cache's policy: a cache that is down or slow only
+means the function runs, never that the job fails or that a wrong value is written.
+Exceptions raised by the function are not cached (the record goes through ``on_error``
+again on the next run).
+"""
+
+import pickle
+from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
+
+import orjson
+
+from torchx_datapipes.cache import Cache, CacheStats, open_cache
+from torchx_datapipes.kinds import FnKind
+
+_OPTS = orjson.OPT_SORT_KEYS | orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_NON_STR_KEYS
+
+
+def record_bytes(rec: Any) -> bytes:
+    """Canonical bytes of a record: sorted-key JSON, or pickle for values JSON cannot hold."""
+    try:
+        return b"j" + orjson.dumps(rec, option=_OPTS)
+    except TypeError:
+        return b"p" + pickle.dumps(rec, protocol=5)
+
+
+def materialize(result: Any) -> Any:
+    """Generators cannot be stored: turn a flat-map generator into a list."""
+    return list(result) if isinstance(result, Iterator) else result
+
+
+class Memo:
+    """The per-record memo of one transform job."""
+
+    def __init__(self, url: str, sha256: str, kind: FnKind, fn_label: str) -> None:
+        if kind is not FnKind.RECORD:
+            raise ValueError(
+                f"--cache memoizes per-record functions, but {fn_label} is a {kind.value} function;"
+                " drop --cache, or cache inside the function (torchx_datapipes.cache.open_cache)"
+            )
+        self.cache: Cache = open_cache(url)
+        self.sha256 = sha256
+
+    def keys(self, recs: Sequence[Any]) -> List[Tuple[str, bytes]]:
+        return [(self.sha256, record_bytes(r)) for r in recs]
+
+    def lookup(self, keys: Sequence[Tuple[str, bytes]]) -> Dict[int, Any]:
+        """Cached results by position in the batch."""
+        found = self.cache.get_many(keys)
+        return {i: found[k] for i, k in enumerate(keys) if k in found}
+
+    def store(self, fresh: List[Tuple[Tuple[str, bytes], Any]]) -> None:
+        if fresh:
+            self.cache.set_many(fresh)
+
+    def stats(self) -> CacheStats:
+        return self.cache.stats()
+
+
+def stats_delta(before: CacheStats, after: CacheStats) -> Dict[str, int]:
+    a, b = after.as_dict(), before.as_dict()
+    return {k: a[k] - b[k] for k in a}
+
+
+def summarize(memo: "Optional[Memo]", metas: List[Dict[str, Any]]) -> Optional[Dict[str, Any]]:
+    """The manifest's ``cache`` section: where (no credentials), and the counters of every unit."""
+    if memo is None:
+        return None
+    total = CacheStats()
+    for m in metas:
+        total = total + CacheStats.from_dict(m.get("cache") or {})
+    return {"url": memo.cache.describe(), "namespace": memo.cache.namespace, **total.as_dict()}
