@@ -9,6 +9,7 @@ from typing import Any, Dict, List
 import pytest
 from tdp_testutil import canon, make_dataset, manifest, part_bytes, read_output, run_op, run_torchx
 
+from torchx_datapipes import api
 from torchx_datapipes.appdef import InvalidArgumentError
 from torchx_datapipes.components import transform
 
@@ -118,6 +119,8 @@ def test_cache_needs_a_per_record_function(project: Path) -> None:
 
     with pytest.raises(ValueError, match="per-record"):
         run_op("transform", str(project / "data"), project / "o", "--cache", "memory://", fn=upper)
+    with pytest.raises(ValueError, match="per-record"):  # the Python API refuses it before packaging
+        api.transform(upper, input=str(project / "data"), output=str(project / "o"), cache="memory://")
 
 
 @pytest.mark.parametrize(

@@ -18,6 +18,7 @@ from torchx_datapipes.appdef import META_OP, META_OUTPUT, default_store
 from torchx_datapipes.errors import DatapipesError
 from torchx_datapipes.io.fs import join, read_bytes
 from torchx_datapipes.io.manifest import read_manifest
+from torchx_datapipes.kinds import FnKind, kind_of
 
 Fn = Union[Callable[..., Any], str]
 
@@ -67,7 +68,16 @@ def transform(
     backend: str = "cloudpickle",
     **kwargs: Any,
 ) -> specs.AppDef:
-    """Build the transform AppDef; ``fn`` may be a live callable (lambda, closure, ...)."""
+    """Build the transform AppDef; ``fn`` may be a live callable (lambda, closure, ...).
+
+    ``cache="redis://host:6379/0"`` (or memcached://, sqlite:///path, memory://) memoizes a
+    per-record ``fn`` keyed by (function sha256, record); see ``components.transform``.
+    """
+    if kwargs.get("cache") and callable(fn) and kind_of(fn) is not FnKind.RECORD:
+        raise ValueError(
+            f"cache= memoizes per-record functions, but {getattr(fn, '__qualname__', fn)!r} is a"
+            f" {kind_of(fn).value} function; drop cache= or cache inside the function"
+        )
     fn_arg = _fn_arg(fn, artifact_store, backend)
     return components.transform(
         fn=fn_arg,
