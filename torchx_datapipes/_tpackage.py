@@ -47,8 +47,25 @@ def _shipped(obj: Any, path: str, depth: int = 0) -> Iterator[tuple[str, Any]]:
             yield from _shipped(value, f"{path}[{key!r}]", depth + 1)
     elif not isinstance(obj, (types.ModuleType, types.BuiltinFunctionType)):
         yield f"type({path})", type(obj)
-        for key, value in getattr(obj, "__dict__", {}).items():
+        for key, value in _pickled_state(obj).items():
             yield from _shipped(value, f"{path}.{key}", depth + 1)
+
+
+def _pickled_state(obj: Any) -> Mapping[str, Any]:
+    """The attributes pickling keeps: a custom ``__getstate__()``'s dict, else ``__dict__``.
+
+    Objects that drop live state (connections, locks) in ``__getstate__`` -- e.g. caches --
+    must not be refused for what they never pickle.
+    """
+    getstate = getattr(type(obj), "__getstate__", None)
+    if getstate is not None and getstate is not getattr(object, "__getstate__", None):
+        try:
+            state = obj.__getstate__()
+        except Exception:
+            state = None
+        if isinstance(state, dict):
+            return state
+    return getattr(obj, "__dict__", {})
 
 
 def _problem(obj: Any) -> str | None:

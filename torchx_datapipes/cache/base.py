@@ -56,6 +56,18 @@ _MISSING: Any = object()
 _INHERITED: List[Any] = []
 
 
+def _raise_equal_keys(keys: List[Any]) -> None:
+    """Keys such as ``1``, ``1.0`` and ``True`` are different cache keys but one dict key."""
+    seen: Dict[Any, Any] = {}
+    for k in keys:
+        if k in seen:
+            raise ValueError(
+                f"cache keys {seen[k]!r} and {k!r} are equal in Python but are different cache keys;"
+                " a dict cannot hold both, so ask for them in separate calls (or use one key type)"
+            )
+        seen[k] = k
+
+
 class Cache(abc.ABC):
     """A key/value cache shared according to its backend (see ``open_cache``).
 
@@ -195,6 +207,8 @@ class Cache(abc.ABC):
             by_stored[stored_key(self._prefix(), k)] = k
         if not by_stored:
             return {}
+        if len(by_stored) > 1 and len(set(by_stored.values())) != len(by_stored):
+            _raise_equal_keys(list(by_stored.values()))
         ok, raw = self._call("get", self._get_many, list(by_stored))
         st = self._live_stats
         found: Dict[K, Any] = {}

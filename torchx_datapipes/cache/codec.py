@@ -49,7 +49,8 @@ def _tensor_reduce(t: Any) -> Any:
     """Reduce a plain dense CPU-able tensor to (raw bytes out of band, dtype, shape)."""
     import torch
 
-    data = t.detach().cpu().contiguous()
+    # resolve lazy conj/neg views first: their bits cannot be reinterpreted as raw bytes
+    data = t.detach().cpu().resolve_conj().resolve_neg().contiguous()
     raw = data.reshape(-1).view(torch.uint8).numpy() if data.numel() else b""
     return _rebuild_tensor, (
         pickle.PickleBuffer(raw),

@@ -13,7 +13,9 @@ namespace; every value carries the token it was written under and a value from a
 generation is a miss. The token rides along in the same ``get_many`` round trip.
 """
 
+import math
 import os
+import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, Dict, List, Optional, Tuple, cast
 
@@ -23,6 +25,7 @@ from torchx_datapipes.cache.providers import require
 
 GEN_BYTES = 16
 _NO_GEN = b"0" * GEN_BYTES
+_MAX_RELATIVE_TTL = 30 * 24 * 3600
 
 
 def _parse_servers(location: str) -> Tuple[Tuple[str, int], ...]:
@@ -35,6 +38,15 @@ def _parse_servers(location: str) -> Tuple[Tuple[str, int], ...]:
             )
         servers.append((host.strip("[]"), int(port)))
     return tuple(servers)
+
+
+def _expire(ttl: Optional[float]) -> int:
+    """memcached's exptime: whole seconds; beyond 30 days it must be an absolute Unix time."""
+    if ttl is None:
+        return 0
+    seconds = max(1, math.ceil(ttl))
+    # memcached reads an exptime over 30 days as a Unix timestamp (1970 + 40 days: already expired)
+    return seconds if seconds <= _MAX_RELATIVE_TTL else int(time.time()) + seconds
 
 
 class MemcachedCache(Cache):
@@ -153,7 +165,7 @@ class MemcachedCache(Cache):
         from pymemcache.exceptions import MemcacheClientError, MemcacheServerError
 
         self._clients()
-        gen, expire = self._generation(), 0 if ttl is None else max(1, int(-(-ttl // 1)))
+        gen, expire = self._generation(), _expire(ttl)
 
         def store(client: Any, keys: List[str]) -> List[str]:
             try:

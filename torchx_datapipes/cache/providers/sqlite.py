@@ -18,6 +18,8 @@ from torchx_datapipes.cache.base import Cache
 
 _BATCH = 500  # bound variables per statement (SQLite allows 32766; smaller is faster to plan)
 _SCHEMA = "CREATE TABLE IF NOT EXISTS kv (k TEXT PRIMARY KEY, v BLOB NOT NULL, expires REAL) WITHOUT ROWID"
+# without it, purging expired rows on every set with a ttl scans the whole table (17 ms at 200k rows)
+_EXPIRES_INDEX = "CREATE INDEX IF NOT EXISTS kv_expires ON kv (expires) WHERE expires IS NOT NULL"
 
 
 class SqliteCache(Cache):
@@ -48,6 +50,8 @@ class SqliteCache(Cache):
 
     @classmethod
     def from_url(cls, location: str, path: str, **options: Any) -> "SqliteCache":
+        if location == ".":  # sqlite://./relative.db: urlsplit reads "." as the host
+            location, path = "", "." + path
         if location:
             raise ValueError(
                 f"sqlite cache URL has a host part {location!r}: write sqlite:///absolute/path.db"
@@ -68,6 +72,7 @@ class SqliteCache(Cache):
             conn.execute(f"PRAGMA mmap_size={self.mmap_bytes}")
             conn.execute("PRAGMA cache_size=-16384")  # 16 MiB of page cache per process
             conn.execute(_SCHEMA)
+            conn.execute(_EXPIRES_INDEX)
             self._live_conn = conn
         return self._live_conn  # type: ignore[no-any-return]
 
