@@ -176,7 +176,7 @@ def test_memcached_two_servers_one_stopped(two_memcached: Tuple[Server, Server])
     cache = open_cache(f"memcached://{a.address},{b.address}", timeout=TIMEOUT_S, namespace=_ns())
     values = {i: f"v{i}" for i in range(100)}
     assert cache.set_many(values) == 100
-    ring = cache._live_conn_ring  # type: ignore[attr-defined]
+    ring = cache._live_ring  # type: ignore[attr-defined]
     on_a = {i for i in values if ring.get_node(stored_key(cache._prefix(), i)) == a.address}
     assert 10 < len(on_a) < 90
     b.stop()

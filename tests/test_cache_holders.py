@@ -307,23 +307,7 @@ def test_cached_mapper_state_dict_resumes(options: Dict[str, Any], cache: Cache,
         assert all(len(keys) <= 4 for keys in gets) and len(gets) < 20  # one get per prebatch
 
 
-THREAD_SAFETY_BUG = pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="cache core bug (reported): one connection per process is shared by all threads;"
-    " sqlite3 refuses use from another thread and pymemcache's Client is not thread-safe",
-)
-
-
-@pytest.mark.parametrize(
-    "backend",
-    [
-        "memory",
-        pytest.param("sqlite", marks=THREAD_SAFETY_BUG),
-        "redis",
-        pytest.param("memcached", marks=THREAD_SAFETY_BUG),
-    ],
-)
+@pytest.mark.parametrize("backend", ["memory", "sqlite", "redis", "memcached"])
 def test_cached_mapper_thread_workers(backend: str, tmp_path: Path, log: CallLog) -> None:
     # not strict: a backend failure in a worker thread is a miss, which the last assert catches
     cache = open_cache(cache_url(backend, tmp_path, unique_namespace()), strict=False)

@@ -23,6 +23,7 @@ spawn or forkserver, or shipped inside a cloudpickle / torch.package artifact.
 import abc
 import logging
 import os
+import threading
 import time
 from typing import (
     Any,
@@ -44,7 +45,7 @@ from typing import (
 from torchx_datapipes.cache.breaker import CircuitBreaker
 from torchx_datapipes.cache.codec import Codec, CodecError, codec_named
 from torchx_datapipes.cache.errors import CacheBackendError, CacheValueError
-from torchx_datapipes.cache.keys import check_name, stored_key
+from torchx_datapipes.cache.keys import check_name, stored_key, stored_keys
 from torchx_datapipes.cache.stats import CacheStats
 
 log = logging.getLogger("torchx_datapipes.cache")
@@ -136,26 +137,54 @@ class Cache(abc.ABC):
 
     @abc.abstractmethod
     def _close(self) -> None:
-        """Close this process's connection ``self._live_conn``, if any, and set it to None."""
+        """Close this thread's connection ``self._live_conn``, if any, and set it to None."""
+
+    @classmethod
+    def from_url(cls, location: str, path: str, **options: Any) -> "Cache":
+        """Build from a parsed URL ``scheme://location/path`` (override to use location/path)."""
+        if location or path.strip("/"):
+            raise ValueError(f"{cls.__name__} takes no host or path in its URL, got {location + path!r}")
+        return cls(**options)
 
     def _prefix(self) -> str:
         return f"{self.namespace}:{self.version}:"
 
     # ------------------------------------------------------------------- process state
     def _live(self) -> None:
-        """(Re)build per-process state when first used in this process."""
+        """(Re)build per-process state when first used in this process.
+
+        Counters, breaker and warnings are per process (guarded by a lock); connections are
+        per thread (``_live_conn``), because sqlite connections and pymemcache clients must
+        not be shared by threads.
+        """
         pid = os.getpid()
         if self._live_pid != pid:
             live = [k for k in self.__dict__ if k.startswith("_live")]
             if self._live_pid != -1:  # forked: keep the parent's connections alive, unused
-                _INHERITED.extend(self.__dict__[k] for k in live if k.startswith("_live_conn"))
+                _INHERITED.extend(self.__dict__[k] for k in live if k.startswith("_live_tls"))
             for k in live:
                 del self.__dict__[k]
-            self._live_pid = pid
-            self._live_conn: Any = None
+            self._live_tls = threading.local()
+            self._live_lock = threading.Lock()
             self._live_breaker = CircuitBreaker(self.failures, self.cooldown, self.clock)
             self._live_stats = CacheStats()
             self._live_warned: Set[str] = set()
+            self._live_pid = pid
+
+    @property
+    def _live_conn(self) -> Any:
+        """This thread's connection (None until the backend opens one)."""
+        return getattr(self._live_tls, "conn", None)
+
+    @_live_conn.setter
+    def _live_conn(self, conn: Any) -> None:
+        self._live_tls.conn = conn
+
+    def _count(self, **deltas: int) -> None:
+        with self._live_lock:
+            st = self._live_stats
+            for name, n in deltas.items():
+                setattr(st, name, getattr(st, name) + n)
 
     def __getstate__(self) -> Dict[str, Any]:
         return {k: v for k, v in self.__dict__.items() if not k.startswith("_live")}
@@ -172,65 +201,73 @@ class Cache(abc.ABC):
         return self.scheme + "://"
 
     def _warn(self, kind: str, message: str) -> None:
-        if kind not in self._live_warned:
+        with self._live_lock:
+            first = kind not in self._live_warned
             self._live_warned.add(kind)
+        if first:
             log.warning("cache %s: %s (logged once per process; see stats())", self.describe(), message)
 
     def _call(self, op: str, fn: Callable[..., V], *args: Any) -> Tuple[bool, Optional[V]]:
         """Run a core call under the failure policy: (True, result) or (False, None)."""
         self._live()
-        breaker, st = self._live_breaker, self._live_stats
-        if not breaker.allow():
-            st.bypassed += 1
+        breaker, lock = self._live_breaker, self._live_lock
+        with lock:
+            allowed = breaker.allow()
+            if not allowed:
+                self._live_stats.bypassed += 1
+        if not allowed:
             if self.strict:
                 raise CacheBackendError(f"{self.describe()}: circuit breaker open, {op} not sent")
             return False, None
         try:
             result = fn(*args)
         except Exception as e:
-            st.errors += 1
-            if breaker.failure():
-                st.breaker_opens += 1
+            with lock:
+                self._live_stats.errors += 1
+                opened = breaker.failure()
+                self._live_stats.breaker_opens += opened
+            if opened:
                 self._warn("breaker", f"circuit breaker opened; retrying after {self.cooldown:g}s")
             if self.strict:
                 raise CacheBackendError(f"{self.describe()}: {op} failed: {type(e).__name__}: {e}") from e
             self._warn("error:" + op, f"{op} failed, treated as a miss: {type(e).__name__}: {e}")
             return False, None
-        breaker.success()
+        with lock:
+            breaker.success()
         return True, result
 
     # ---------------------------------------------------------------------- public API
     def get_many(self, keys: Iterable[K]) -> Dict[K, Any]:
         """The cached values of the keys that are present; absent or failed keys are left out."""
-        by_stored: Dict[str, K] = {}
-        for k in keys:
-            by_stored[stored_key(self._prefix(), k)] = k
+        keys = list(keys)
+        by_stored: Dict[str, K] = dict(zip(stored_keys(self._prefix(), keys), keys))
         if not by_stored:
             return {}
         if len(by_stored) > 1 and len(set(by_stored.values())) != len(by_stored):
             _raise_equal_keys(list(by_stored.values()))
         ok, raw = self._call("get", self._get_many, list(by_stored))
-        st = self._live_stats
         found: Dict[K, Any] = {}
         corrupt: List[str] = []
         raw = raw if ok and raw else {}
-        for skey in by_stored:  # in the order asked
+        decode, nbytes = self.codec.decode, 0
+        for skey, key in by_stored.items():  # in the order asked
             data = raw.get(skey)
             if data is None:
                 continue
-            st.bytes_read += len(data)
+            nbytes += len(data)
             try:
-                found[by_stored[skey]] = self.codec.decode(data)
+                found[key] = decode(data)
             except CodecError as e:
-                st.decode_errors += 1
                 corrupt.append(skey)
                 if self.strict:
-                    raise CacheValueError(f"{self.describe()}: value of {by_stored[skey]!r}: {e}") from e
+                    self._count(decode_errors=1)
+                    raise CacheValueError(f"{self.describe()}: value of {key!r}: {e}") from e
                 self._warn("decode", f"a stored value failed to decode ({e}); treated as a miss and deleted")
+        self._count(
+            hits=len(found), misses=len(by_stored) - len(found), decode_errors=len(corrupt), bytes_read=nbytes
+        )
         if corrupt:
             self._call("delete", self._delete_many, corrupt)
-        st.hits += len(found)
-        st.misses += len(by_stored) - len(found)
         return found
 
     def get(self, key: Hashable, default: Any = None) -> Any:
@@ -239,36 +276,46 @@ class Cache(abc.ABC):
 
     def set_many(self, items: Union[Mapping[K, Any], Iterable[Tuple[K, Any]]]) -> int:
         """Store the values; return how many were stored (oversize/rejected/failed ones are counted)."""
-        pairs = items.items() if isinstance(items, Mapping) else items
+        pairs = list(items.items() if isinstance(items, Mapping) else items)
         self._live()
-        st, prefix, limit = self._live_stats, self._prefix(), self.max_value_bytes
+        limit = self.max_value_bytes
         encoded: Dict[str, bytes] = {}
-        for k, v in pairs:
-            data = self.codec.encode(v)
+        unstored: List[str] = []  # values that cannot be stored: an older value must not survive them
+        for skey, (k, v) in zip(stored_keys(self._prefix(), [k for k, _ in pairs]), pairs):
+            try:
+                data = self.codec.encode(v)
+            except Exception as e:
+                self._count(encode_errors=1)
+                if self.strict:
+                    raise CacheValueError(f"{self.describe()}: key {k!r}: cannot encode: {e}") from e
+                self._warn("encode", f"a value could not be encoded ({type(e).__name__}: {e}); not stored")
+                unstored.append(skey)
+                continue
             if limit is not None and len(data) > limit:
-                st.oversize += 1
+                self._count(oversize=1)
                 msg = f"value of {len(data)} bytes exceeds max_value_bytes={limit}; not stored"
                 if self.strict:
                     raise CacheValueError(f"{self.describe()}: key {k!r}: {msg}")
                 self._warn("oversize", msg + " (raise max_value_bytes= or the server's item size limit)")
+                unstored.append(skey)
                 continue
-            encoded[stored_key(prefix, k)] = data
-        if not encoded:
-            return 0
-        ok, refused = self._call("set", self._set_many, encoded, self.ttl)
-        if not ok:
-            return 0
-        refused = refused or []
-        if refused:
-            st.rejected += len(refused)
-            msg = f"the server refused {len(refused)} of {len(encoded)} values"
-            if self.strict:
-                raise CacheValueError(f"{self.describe()}: {msg}")
-            self._warn("rejected", msg + " (they will be recomputed; see stats().rejected)")
-        bad = set(refused)
-        stored = [k for k in encoded if k not in bad]
-        st.sets += len(stored)
-        st.bytes_written += sum(len(encoded[k]) for k in stored)
+            encoded[skey] = data
+        stored: List[str] = []
+        if encoded:
+            ok, refused = self._call("set", self._set_many, encoded, self.ttl)
+            refused = (refused or []) if ok else []
+            if refused:
+                self._count(rejected=len(refused))
+                unstored.extend(refused)
+                msg = f"the server refused {len(refused)} of {len(encoded)} values"
+                if self.strict:
+                    raise CacheValueError(f"{self.describe()}: {msg}")
+                self._warn("rejected", msg + " (they will be recomputed; see stats().rejected)")
+            bad = set(refused)
+            stored = [k for k in encoded if k not in bad] if ok else []
+            self._count(sets=len(stored), bytes_written=sum(len(encoded[k]) for k in stored))
+        if unstored:
+            self._call("delete", self._delete_many, unstored)
         return len(stored)
 
     def set(self, key: Hashable, value: Any) -> bool:
@@ -276,7 +323,7 @@ class Cache(abc.ABC):
         return self.set_many([(key, value)]) == 1
 
     def delete_many(self, keys: Iterable[Hashable]) -> None:
-        skeys = [stored_key(self._prefix(), k) for k in keys]
+        skeys = stored_keys(self._prefix(), list(keys))
         if skeys:
             self._call("delete", self._delete_many, skeys)
 
@@ -313,9 +360,10 @@ class Cache(abc.ABC):
         self._call("clear", self._clear, self._prefix())
 
     def stats(self) -> CacheStats:
-        """A snapshot of this process's counters."""
+        """A snapshot of this process's counters (all threads)."""
         self._live()
-        return CacheStats(**self._live_stats.as_dict())
+        with self._live_lock:
+            return CacheStats(**self._live_stats.as_dict())
 
     @property
     def breaker_state(self) -> str:
@@ -323,7 +371,7 @@ class Cache(abc.ABC):
         return self._live_breaker.state.value
 
     def close(self) -> None:
-        """Close this process's connection (the cache reconnects if used again)."""
+        """Close this thread's connection (the cache reconnects if used again)."""
         if self._live_pid == os.getpid():
             self._close()
 

@@ -18,6 +18,7 @@ import struct
 from typing import Any, Callable, Dict, List, Protocol, Tuple, runtime_checkable
 
 MAGIC = b"TDC1"
+ALIGN = 64  # out-of-band buffers start at multiples of 64 bytes: decoded tensors are aligned
 _HEAD = struct.Struct("<4sIQ")  # magic, number of out-of-band buffers, pickle length
 
 
@@ -32,6 +33,15 @@ class Codec(Protocol):
     def encode(self, value: Any) -> bytes: ...
 
     def decode(self, data: bytes) -> Any: ...
+
+
+def _aligned_buffer(size: int) -> memoryview:
+    """A writable buffer of ``size`` bytes whose start is ALIGN-aligned."""
+    import numpy as np
+
+    raw = np.empty(size + ALIGN, dtype=np.uint8)
+    off = -raw.ctypes.data % ALIGN
+    return memoryview(raw[off : off + size])  # type: ignore[arg-type]
 
 
 def _rebuild_tensor(raw: Any, dtype: str, shape: Tuple[int, ...]) -> Any:
@@ -81,7 +91,12 @@ class TensorCodec:
         payload = stream.getbuffer()
         raws = [b.raw() for b in buffers]
         lens = struct.pack(f"<{len(raws)}Q", *(r.nbytes for r in raws))
-        return b"".join([_HEAD.pack(MAGIC, len(raws), payload.nbytes), lens, payload, *raws])
+        parts: List[Any] = [_HEAD.pack(MAGIC, len(raws), payload.nbytes), lens, payload]
+        for i, r in enumerate(raws):
+            parts.append(r)
+            if i + 1 < len(raws) and r.nbytes % ALIGN:
+                parts.append(bytes(-r.nbytes % ALIGN))  # the next buffer starts aligned
+        return b"".join(parts)
 
     def decode(self, data: bytes) -> Any:
         try:
@@ -90,14 +105,21 @@ class TensorCodec:
                 raise CodecError(f"not written by TensorCodec (magic {magic!r})")
             lens = struct.unpack_from(f"<{nbuf}Q", data, _HEAD.size)
             start = _HEAD.size + 8 * nbuf
-            if start + plen + sum(lens) != len(data):
-                raise CodecError(f"length mismatch: header says {start + plen + sum(lens)}, got {len(data)}")
-            # one copy into a writable buffer: decoded arrays/tensors own writable memory
-            body = memoryview(bytearray(memoryview(data)[start + plen :]))
-            views, off = [], 0
+            if not nbuf:  # no tensors/arrays: nothing to copy out of band
+                if start + plen != len(data):
+                    raise CodecError(f"length mismatch: header says {start + plen}, got {len(data)}")
+                return pickle.loads(memoryview(data)[start:])
+            offsets, off = [], 0
             for n in lens:
-                views.append(body[off : off + n])
-                off += n
+                offsets.append(off)
+                off += n + (-n % ALIGN)
+            size = offsets[-1] + lens[-1]
+            if start + plen + size != len(data):
+                raise CodecError(f"length mismatch: header says {start + plen + size}, got {len(data)}")
+            # one copy into a fresh, aligned, writable buffer: decoded arrays/tensors own their memory
+            body = _aligned_buffer(size)
+            body[:] = memoryview(data)[start + plen :]
+            views = [body[o : o + n] for o, n in zip(offsets, lens)]
             return pickle.loads(memoryview(data)[start : start + plen], buffers=views)
         except CodecError:
             raise

@@ -14,6 +14,7 @@ class CacheStats:
         errors: backend calls that failed or timed out (each one a miss or a lost write).
         bypassed: calls not sent because the circuit breaker was open.
         decode_errors: stored values that failed to decode (treated as misses and deleted).
+        encode_errors: values that could not be encoded (e.g. unpicklable; not stored).
         sets: values stored. rejected: values the server refused to store.
         oversize: values not stored because they exceed ``max_value_bytes``.
         bytes_read / bytes_written: encoded bytes moved.
@@ -25,6 +26,7 @@ class CacheStats:
     errors: int = 0
     bypassed: int = 0
     decode_errors: int = 0
+    encode_errors: int = 0
     sets: int = 0
     rejected: int = 0
     oversize: int = 0

@@ -83,10 +83,11 @@ class MemcachedCache(Cache):
 
     # --------------------------------------------------------------------- connections
     def _clients(self) -> Dict[str, Any]:
+        """This thread's clients, one per server (pymemcache clients are not thread-safe)."""
         if self._live_conn is None:
             from pymemcache.client.base import Client
-            from pymemcache.client.rendezvous import RendezvousHash
 
+            self._shared()
             self._live_conn = {
                 f"{h}:{p}": Client(
                     (h, p),
@@ -97,13 +98,20 @@ class MemcachedCache(Cache):
                 )
                 for h, p in self.servers
             }
-            self._live_conn_ring = RendezvousHash(list(self._live_conn))
-            self._live_conn_breakers = {
-                n: CircuitBreaker(self.failures, self.cooldown, self.clock) for n in self._live_conn
-            }
-            self._live_conn_pool = ThreadPoolExecutor(len(self.servers)) if len(self.servers) > 1 else None
-            self._live_conn_gen: Optional[bytes] = None
         return self._live_conn  # type: ignore[no-any-return]
+
+    def _shared(self) -> None:
+        """Per-process state shared by threads: key placement, per-server breakers, a pool."""
+        with self._live_lock:
+            if "_live_ring" in self.__dict__:
+                return
+            from pymemcache.client.rendezvous import RendezvousHash
+
+            names = [f"{h}:{p}" for h, p in self.servers]
+            self._live_breakers = {n: CircuitBreaker(self.failures, self.cooldown, self.clock) for n in names}
+            self._live_pool = ThreadPoolExecutor(len(names)) if len(names) > 1 else None
+            self._live_gen: Optional[bytes] = None
+            self._live_ring = RendezvousHash(names)
 
     def _by_server(self, keys: List[str]) -> Dict[str, List[str]]:
         clients = self._clients()
@@ -111,7 +119,7 @@ class MemcachedCache(Cache):
             return {next(iter(clients)): keys}
         groups: Dict[str, List[str]] = {}
         for k in keys:
-            groups.setdefault(self._live_conn_ring.get_node(k), []).append(k)
+            groups.setdefault(self._live_ring.get_node(k), []).append(k)
         return groups
 
     def _fan_out(self, keys: List[str], call: Callable[[Any, List[str]], Any]) -> Dict[str, Any]:
@@ -120,23 +128,25 @@ class MemcachedCache(Cache):
         if len(clients) == 1:
             ((node, ks),) = groups.items()
             return {node: call(clients[node], ks)}
-        breakers, results = self._live_conn_breakers, {}
-        live = {n: ks for n, ks in groups.items() if breakers[n].allow()}
-        pool = cast(ThreadPoolExecutor, self._live_conn_pool)  # several servers: always a pool
+        breakers, lock, results = self._live_breakers, self._live_lock, {}
+        with lock:
+            live = {n: ks for n, ks in groups.items() if breakers[n].allow()}
+        pool = cast(ThreadPoolExecutor, self._live_pool)  # several servers: always a pool
         futures = {n: pool.submit(call, clients[n], ks) for n, ks in live.items()}
         failed: List[BaseException] = []
         for node, fut in futures.items():
             try:
                 results[node] = fut.result()
-                breakers[node].success()
+                with lock:
+                    breakers[node].success()
             except Exception as e:
-                breakers[node].failure()
+                with lock:
+                    breakers[node].failure()
                 failed.append(e)
         if failed and not results:
             raise failed[0]
         if failed or len(live) < len(groups):
-            self._live_stats.errors += len(failed)
-            self._live_stats.bypassed += len(groups) - len(live)
+            self._count(errors=len(failed), bypassed=len(groups) - len(live))
             self._warn(
                 "server",
                 f"{len(groups) - len(results)} of {len(groups)} servers unavailable; their keys miss",
@@ -153,13 +163,13 @@ class MemcachedCache(Cache):
         for part in self._fan_out([*keys, gen_key], lambda c, ks: c.get_many(ks)).values():
             raw.update((k.decode() if isinstance(k, bytes) else k, v) for k, v in part.items())
         gen = raw.pop(gen_key, _NO_GEN)
-        self._live_conn_gen = gen
+        self._live_gen = gen
         return {k: v[GEN_BYTES:] for k, v in raw.items() if v[:GEN_BYTES] == gen}
 
     def _generation(self) -> bytes:
-        if self._live_conn_gen is None:
+        if self._live_gen is None:
             self._get_many([])
-        return self._live_conn_gen or _NO_GEN
+        return self._live_gen or _NO_GEN
 
     def _set_many(self, items: Dict[str, bytes], ttl: Optional[float]) -> List[str]:
         from pymemcache.exceptions import MemcacheClientError, MemcacheServerError
@@ -185,12 +195,10 @@ class MemcachedCache(Cache):
     def _clear(self, prefix: str) -> None:
         token = os.urandom(GEN_BYTES // 2).hex().encode()
         self._fan_out([self._gen_key()], lambda c, ks: c.set(ks[0], token, noreply=False))
-        self._live_conn_gen = token
+        self._live_gen = token
 
     def _close(self) -> None:
         if self._live_conn is not None:
             for client in self._live_conn.values():
                 client.close()
-            if self._live_conn_pool is not None:
-                self._live_conn_pool.shutdown(wait=False)
             self._live_conn = None

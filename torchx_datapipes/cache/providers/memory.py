@@ -45,12 +45,19 @@ class MemoryCache(Cache):
         return "memory://"
 
     def _store(self) -> "OrderedDict[str, Entry]":
-        if self._live_conn is None:
-            self._live_conn = OrderedDict()
-            self._live_conn_bytes = 0
-        return self._live_conn  # type: ignore[no-any-return]
+        """This process's dict (shared by its threads; callers hold ``_live_lock``)."""
+        store: Optional[OrderedDict[str, Entry]] = self.__dict__.get("_live_store")
+        if store is None:
+            store = OrderedDict()
+            self._live_store: OrderedDict[str, Entry] = store
+            self._live_store_bytes = 0
+        return store
 
     def _get_many(self, keys: List[str]) -> Dict[str, bytes]:
+        with self._live_lock:
+            return self._get_locked(keys)
+
+    def _get_locked(self, keys: List[str]) -> Dict[str, bytes]:
         store, now, out = self._store(), time.monotonic(), {}
         for k in keys:
             entry = store.get(k)
@@ -64,35 +71,42 @@ class MemoryCache(Cache):
         return out
 
     def _set_many(self, items: Dict[str, bytes], ttl: Optional[float]) -> List[str]:
+        with self._live_lock:
+            self._set_locked(items, ttl)
+        return []
+
+    def _set_locked(self, items: Dict[str, bytes], ttl: Optional[float]) -> None:
         store = self._store()
         expiry = None if ttl is None else time.monotonic() + ttl
         for k, v in items.items():
             self._drop(k)
             store[k] = (expiry, v)
-            self._live_conn_bytes += len(v)
+            self._live_store_bytes += len(v)
         while store and (
             (self.max_items is not None and len(store) > self.max_items)
-            or (self.max_bytes is not None and self._live_conn_bytes > self.max_bytes)
+            or (self.max_bytes is not None and self._live_store_bytes > self.max_bytes)
         ):
             self._drop(next(iter(store)))
-        return []
 
     def _drop(self, key: str) -> None:
         entry = self._store().pop(key, None)
         if entry is not None:
-            self._live_conn_bytes -= len(entry[1])
+            self._live_store_bytes -= len(entry[1])
 
     def _delete_many(self, keys: List[str]) -> None:
-        for k in keys:
-            self._drop(k)
+        with self._live_lock:
+            for k in keys:
+                self._drop(k)
 
     def _clear(self, prefix: str) -> None:
-        for k in [k for k in self._store() if k.startswith(prefix)]:
-            self._drop(k)
+        with self._live_lock:
+            for k in [k for k in self._store() if k.startswith(prefix)]:
+                self._drop(k)
 
     def _close(self) -> None:
-        self._live_conn = None
+        """Nothing to close: the values stay until evicted, cleared or the process ends."""
 
     def __len__(self) -> int:
         self._live()
-        return len(self._store())
+        with self._live_lock:
+            return len(self._store())

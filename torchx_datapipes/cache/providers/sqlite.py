@@ -67,7 +67,7 @@ class SqliteCache(Cache):
             os.makedirs(os.path.dirname(self.path), exist_ok=True)
             conn = sqlite3.connect(self.path, timeout=self.lock_timeout, isolation_level=None)
             conn.execute(f"PRAGMA busy_timeout={int(self.lock_timeout * 1000)}")
-            conn.execute("PRAGMA journal_mode=WAL")
+            self._wal(conn)
             conn.execute("PRAGMA synchronous=NORMAL")
             conn.execute(f"PRAGMA mmap_size={self.mmap_bytes}")
             conn.execute("PRAGMA cache_size=-16384")  # 16 MiB of page cache per process
@@ -75,6 +75,18 @@ class SqliteCache(Cache):
             conn.execute(_EXPIRES_INDEX)
             self._live_conn = conn
         return self._live_conn  # type: ignore[no-any-return]
+
+    def _wal(self, conn: sqlite3.Connection) -> None:
+        """Switch a new file to WAL. That needs an exclusive lock and does not wait for
+        busy_timeout, so two processes opening a new file at once retry until lock_timeout."""
+        deadline = time.monotonic() + self.lock_timeout
+        while conn.execute("PRAGMA journal_mode").fetchone()[0].lower() != "wal":
+            try:
+                conn.execute("PRAGMA journal_mode=WAL")
+            except sqlite3.OperationalError as e:
+                if "locked" not in str(e) or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.01)
 
     def _get_many(self, keys: List[str]) -> Dict[str, bytes]:
         db, now = self._db(), time.time()
