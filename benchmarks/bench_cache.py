@@ -102,16 +102,27 @@ class Sizes:
     passes: int
 
 
-# 50k (not 100k) 1 KiB values: memcached here has -m 256 and keeps a slab class's pages for
-# ~30 s after its items are deleted, so 100k of them (~140 pages) + part 1b's 1 MiB values
-# (128 pages) would evict each other: the benchmark measuring itself, not the cache.
-FULL = Sizes(50_000, 1024, 1000, 128, 262_144, 16, 800, 65_536, 16, 2)
+# scripts/services.sh starts memcached with -m 1024, so 100k 1 KiB values, 128 1 MiB values and
+# the 200 MiB working set fit (with -m 256 the parts evicted each other: the benchmark measuring itself).
+FULL = Sizes(100_000, 1024, 1000, 128, 262_144, 16, 800, 65_536, 16, 2)
 QUICK = Sizes(10_000, 1024, 1000, 32, 262_144, 16, 200, 65_536, 16, 2)
 
 
 # ---------------------------------------------------------------------------------------------
 # Values, checksums, memory readings (used by the parent and by the spawned workers)
 # ---------------------------------------------------------------------------------------------
+
+
+ARRAYS = ("torch", "numpy")
+
+
+def make_value(array: str, seed: int, key: int, elems: int) -> Any:
+    """The value of ``key`` as a torch tensor or, for workers that never import torch, a numpy array."""
+    if array == "torch":
+        return make_tensor(seed, key, elems)
+    import numpy as np
+
+    return np.random.default_rng(seed * 1_000_003 + key).random(elems, dtype=np.float32)
 
 
 def make_tensor(seed: int, key: int, elems: int) -> torch.Tensor:
@@ -122,9 +133,13 @@ def make_tensor(seed: int, key: int, elems: int) -> torch.Tensor:
     return torch.rand(elems, generator=g)
 
 
-def digest(t: torch.Tensor) -> bytes:
-    """blake2b over every byte of the tensor (reads the whole value)."""
-    return hashlib.blake2b(t.contiguous().numpy().data, digest_size=16).digest()
+def digest(t: Any) -> bytes:
+    """blake2b over every byte of the tensor or array (reads the whole value)."""
+    if hasattr(t, "numpy"):
+        t = t.contiguous().numpy()
+    import numpy as np
+
+    return hashlib.blake2b(np.ascontiguousarray(t).data, digest_size=16).digest()
 
 
 def smaps_rollup() -> dict[str, int]:
@@ -170,6 +185,7 @@ class WorkerSpec:
     """What every worker of one run does (pickled to the spawned processes)."""
 
     url: str  # "" = no cache: generate every value every time
+    array: str  # "torch": torch tensors (the worker imports torch); "numpy": numpy arrays, no torch
     items: int
     elems: int
     batch: int
@@ -181,9 +197,10 @@ class WorkerSpec:
 
 
 def _worker_run(spec: WorkerSpec, idx: int, barrier: Barrier) -> dict[str, Any]:
-    import torch
+    if spec.array == "torch":
+        import torch
 
-    torch.set_num_threads(1)  # 4 workers on 2 cores: no intra-op threads on top
+        torch.set_num_threads(1)  # 4 workers on 2 cores: no intra-op threads on top
     from torchx_datapipes.cache import open_cache
 
     cache = open_cache(spec.url) if spec.url else None
@@ -202,11 +219,11 @@ def _worker_run(spec: WorkerSpec, idx: int, barrier: Barrier) -> dict[str, Any]:
         for i in range(0, spec.items, spec.batch):
             batch = order[i : i + spec.batch]
             found = cache.get_many(batch) if cache is not None else {}
-            fresh: dict[int, torch.Tensor] = {}
+            fresh: dict[int, Any] = {}
             for k in batch:
                 t = found.get(k)
                 if t is None:
-                    t = fresh[k] = make_tensor(spec.seed, k, spec.elems)
+                    t = fresh[k] = make_value(spec.array, spec.seed, k, spec.elems)
                 else:
                     n_hit += 1
                 if digest(t) == spec.digests[k]:
@@ -816,14 +833,19 @@ class WorkersRow:
 
 
 def bench_workers(a: argparse.Namespace, sizes: Sizes, env: Env) -> dict[str, Any]:
+    """Part 2, once per array kind in ``a.arrays``."""
+    return {"runs": [{"array": array, **bench_workers_one(a, sizes, env, array)} for array in a.arrays]}
+
+
+def bench_workers_one(a: argparse.Namespace, sizes: Sizes, env: Env, array: str) -> dict[str, Any]:
     """Part 2: ``a.workers`` spawned workers reading the working set twice through each cache."""
     from torchx_datapipes.cache import TensorCodec, open_cache
 
     seed = a.seed + 3
-    progress(f"2: hashing the {sizes.ws_items} expected values")
-    digests = tuple(digest(make_tensor(seed, k, sizes.ws_elems)) for k in range(sizes.ws_items))
+    progress(f"2 ({array}): hashing the {sizes.ws_items} expected values")
+    digests = tuple(digest(make_value(array, seed, k, sizes.ws_elems)) for k in range(sizes.ws_items))
     runs: list[tuple[str, str, str, str]] = [("no cache (generate every time)", "none", "", "")]
-    ns = f"bench_cache-{os.getpid()}-workers"
+    ns = f"bench_cache-{os.getpid()}-workers-{array}"
     for p in a.providers:
         if p == "sqlite":
             runs.append(("sqlite:// (mmap, default)", p, env.url(p, ns, db="ws.db"), "ws.db"))
@@ -834,9 +856,18 @@ def bench_workers(a: argparse.Namespace, sizes: Sizes, env: Env) -> dict[str, An
             runs.append((label, p, env.url(p, ns), ""))
     rows = []
     for label, p, url, db in runs:
-        progress(f"2: {label}, {a.workers} workers")
+        progress(f"2 ({array}): {label}, {a.workers} workers")
         spec = WorkerSpec(
-            url, sizes.ws_items, sizes.ws_elems, sizes.ws_batch, sizes.passes, a.workers, seed, digests, 600
+            url,
+            array,
+            sizes.ws_items,
+            sizes.ws_elems,
+            sizes.ws_batch,
+            sizes.passes,
+            a.workers,
+            seed,
+            digests,
+            600,
         )
         path = env.sqlite_dir / db if db else None
         before = server_memory(p, env, path)
@@ -848,7 +879,7 @@ def bench_workers(a: argparse.Namespace, sizes: Sizes, env: Env) -> dict[str, An
         if path is not None:
             for f in (path, Path(f"{path}-wal"), Path(f"{path}-shm")):
                 f.unlink(missing_ok=True)
-    encoded = len(TensorCodec().encode(make_tensor(seed, 0, sizes.ws_elems)))
+    encoded = len(TensorCodec().encode(make_value(array, seed, 0, sizes.ws_elems)))
     return {"rows": rows, "encoded": encoded}
 
 
@@ -935,6 +966,13 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         help="where the sqlite files go: shm (/dev/shm, RAM), tmp (the temp dir) or a directory",
     )
     ap.add_argument("--workers", type=int, default=4, help="worker processes in part 2")
+    ap.add_argument(
+        "--arrays",
+        type=lambda v: _csv(v, ARRAYS, "arrays"),
+        default=list(ARRAYS),
+        help="part 2 value types: torch (workers import torch, as DataLoader workers do) and/or numpy"
+        " (workers never import torch, isolating what the cache itself costs)",
+    )
     ap.add_argument("--ws-items", type=int, help="part 2 working set: number of tensors (800; quick 200)")
     ap.add_argument("--ws-kib", type=int, default=256, help="part 2: KiB per tensor")
     ap.add_argument("--repeat", type=int, help="timed passes per throughput figure, best kept (3; quick 2)")
@@ -991,8 +1029,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         payload: dict[str, Any] = {
             "meta": {"sizes": asdict(sizes), "providers": a.providers, "sqlite_dir": str(base)},
-            **{k: rows_json(v["rows"]) for k, v in results.items()},
+            **{k: rows_json(v["rows"]) for k, v in results.items() if k != "workers"},
         }
+        if "workers" in results:
+            payload["workers"] = {r["array"]: rows_json(r["rows"]) for r in results["workers"]["runs"]}
         if "tensor" in results:
             how, tuned = results["tensor"]["tuned"]
             payload["tensor_tuned"] = {"how": how, "rows": rows_json(tuned)}
@@ -1034,15 +1074,20 @@ def report(a: argparse.Namespace, sizes: Sizes, results: dict[str, dict[str, Any
                 "\nglibc's defaults hand freed 1 MiB blocks back to the kernel (mmap / heap trim), so each"
                 " new value can page-fault in fresh zeroed pages; 1b measures that too, 1b' without it."
             )
-    if "workers" in results:
+    for run in results.get("workers", {}).get("runs", []):
         mib = sizes.ws_items * sizes.ws_elems * 4 / 2**20
-        enc = results["workers"]["encoded"]
-        print(
-            f"\n### 2. {a.workers} worker processes (spawn), each reading {sizes.ws_items} float32 tensors of"
-            f" {sizes.ws_elems * 4 // 1024} KiB ({mib:,.0f} MiB working set; {enc:,}"
-            f" B each encoded) through the cache, {sizes.passes} passes\n"
+        enc, array = run["encoded"], run["array"]
+        what = (
+            "float32 torch tensors"
+            if array == "torch"
+            else "float32 numpy arrays (workers never import torch)"
         )
-        print(workers_tables(results["workers"]["rows"], sizes, a.workers, a.quick))
+        print(
+            f"\n### 2{'' if array == 'torch' else 'b'}. {a.workers} worker processes (spawn), each reading"
+            f" {sizes.ws_items} {what} of {sizes.ws_elems * 4 // 1024} KiB ({mib:,.0f} MiB working set;"
+            f" {enc:,} B each encoded) through the cache, {sizes.passes} passes\n"
+        )
+        print(workers_tables(run["rows"], sizes, a.workers, a.quick))
         print(
             "\nRSS counts every page a worker maps, shared or not (torch's libraries, sqlite's mmap of the"
             " database file); PSS splits shared pages among the processes mapping them; USS is the"

@@ -32,7 +32,7 @@ echo "redis:     127.0.0.1:6379 up"
 
 if ! port_open 11211; then
   command -v memcached >/dev/null || apt_install memcached
-  memcached -d -l 127.0.0.1 -p 11211 -m 256 -U 0 -u "$(id -un)" >/dev/null
+  memcached -d -l 127.0.0.1 -p 11211 -m 1024 -U 0 -u "$(id -un)" >/dev/null
   wait_port 11211 memcached
 fi
 echo "memcached: 127.0.0.1:11211 up"
