@@ -7,15 +7,12 @@ are counted in the parent.
 """
 
 import os
-import socket
 import uuid
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
 import torch
 from torch.utils.data import Dataset, MapDataPipe
-
-SERVICES = {"redis": ("127.0.0.1", 6379), "memcached": ("127.0.0.1", 11211)}
 
 
 def value(i: int) -> Dict[str, Any]:
@@ -47,37 +44,8 @@ class CallLog:
         return sorted(int(what) for _, what in self.calls())
 
 
-class CountingDataset(Dataset):
-    """A map-style dataset of ``n`` items that logs every ``__getitem__`` call."""
-
-    def __init__(self, n: int, log_path: "str | os.PathLike[str]", name: str = "counting") -> None:
-        self.n = n
-        self.log = CallLog(log_path)
-        self.name = name
-
-    def __getitem__(self, i: int) -> Dict[str, Any]:
-        if not 0 <= i < self.n:
-            raise IndexError(i)
-        self.log.record(i)
-        return value(i)
-
-    def __len__(self) -> int:
-        return self.n
-
-    def describe(self) -> str:
-        return f"{self.name}[{self.n}]"
-
-
-class BatchCountingDataset(CountingDataset):
-    """Like :class:`CountingDataset`, with a ``__getitems__`` that logs ``batch:<indices>`` once."""
-
-    def __getitems__(self, indices: List[int]) -> List[Dict[str, Any]]:
-        self.log.record("batch:" + ",".join(map(str, indices)))
-        return [value(i) for i in indices]
-
-
-class CountingMapDataPipe(MapDataPipe):
-    """A map-style DataPipe of ``n`` items that logs every ``__getitem__`` call."""
+class _Counting:
+    """``n`` items; every ``__getitem__`` call is logged."""
 
     def __init__(self, n: int, log_path: "str | os.PathLike[str]") -> None:
         self.n = n
@@ -91,6 +59,29 @@ class CountingMapDataPipe(MapDataPipe):
 
     def __len__(self) -> int:
         return self.n
+
+
+class CountingDataset(_Counting, Dataset):
+    """A map-style dataset of ``n`` items that logs every ``__getitem__`` call."""
+
+    def __init__(self, n: int, log_path: "str | os.PathLike[str]", name: str = "counting") -> None:
+        super().__init__(n, log_path)
+        self.name = name
+
+    def describe(self) -> str:
+        return f"{self.name}[{self.n}]"
+
+
+class BatchCountingDataset(CountingDataset):
+    """Like :class:`CountingDataset`, with a ``__getitems__`` that logs ``batch:<indices>`` once."""
+
+    def __getitems__(self, indices: List[int]) -> List[Dict[str, Any]]:
+        self.log.record("batch:" + ",".join(map(str, indices)))
+        return [value(i) for i in indices]
+
+
+class CountingMapDataPipe(_Counting, MapDataPipe):
+    """A map-style DataPipe of ``n`` items that logs every ``__getitem__`` call."""
 
 
 class LoggedFn:
@@ -119,21 +110,19 @@ def spy_get_many(cache: Any) -> List[List[str]]:
 
 def service_error(name: str) -> Optional[str]:
     """Why ``name`` (redis or memcached) cannot be used, or None if it accepts connections."""
-    host, port = SERVICES[name]
-    try:
-        socket.create_connection((host, port), timeout=2).close()
-    except OSError as e:
-        return f"{name} is not reachable on {host}:{port} ({e}): run `make services` first"
+    from cache_servers import SHARED_SERVERS, port_open  # not at the top: workers import this module
+
+    host, port = SHARED_SERVERS[name]
+    if not port_open(port, host, timeout=2.0):
+        return f"{name} is not reachable on {host}:{port}: run `make services` first"
     return None
 
 
 def require_service(name: str) -> None:
     """Fail (never skip) if ``name`` (redis or memcached) does not accept connections."""
-    import pytest  # not at the top: DataLoader workers import this module
+    from cache_servers import require_shared
 
-    error = service_error(name)
-    if error:
-        pytest.fail(error, pytrace=False)
+    require_shared(name)
 
 
 def unique_namespace(prefix: str = "t") -> str:
@@ -147,7 +136,9 @@ def cache_url(backend: str, tmp_path: Path, namespace: str) -> str:
     if backend == "sqlite":
         return f"sqlite://{tmp_path / 'cache.db'}?namespace={namespace}&strict=true"
     require_service(backend)
-    host, port = SERVICES[backend]
+    from cache_servers import SHARED_SERVERS
+
+    host, port = SHARED_SERVERS[backend]
     db = "/0" if backend == "redis" else ""
     return f"{backend}://{host}:{port}{db}?namespace={namespace}&ttl=600&strict=true"
 

@@ -25,6 +25,7 @@ import pytest
 
 SHARED_REDIS = ("127.0.0.1", 6379)
 SHARED_MEMCACHED = ("127.0.0.1", 11211)
+SHARED_SERVERS = {"redis": SHARED_REDIS, "memcached": SHARED_MEMCACHED}
 START_TIMEOUT_S = 15.0
 
 
@@ -45,7 +46,7 @@ def port_open(port: int, host: str = "127.0.0.1", timeout: float = 0.5) -> bool:
 
 def require_shared(kind: str) -> str:
     """Fail (never skip) unless the shared ``redis`` or ``memcached`` server answers; its address."""
-    host, port = {"redis": SHARED_REDIS, "memcached": SHARED_MEMCACHED}[kind]
+    host, port = SHARED_SERVERS[kind]
     if not port_open(port, host, timeout=2.0):
         pytest.fail(
             f"the shared {kind} server is not reachable on {host}:{port}: run `make services`"

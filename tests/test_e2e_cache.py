@@ -1,12 +1,12 @@
 """``transform --cache``: a rerun of the same function on the same data computes nothing."""
 
-import socket
 import textwrap
 import uuid
 from pathlib import Path
 from typing import Any, Dict, List
 
 import pytest
+from cache_servers import free_port
 from tdp_testutil import canon, make_dataset, manifest, part_bytes, read_output, run_op, run_torchx
 
 from torchx_datapipes import api
@@ -30,30 +30,14 @@ COUNTED = textwrap.dedent(
 )
 
 
-def _require(port: int, name: str) -> None:
-    try:
-        socket.create_connection(("127.0.0.1", port), timeout=2).close()
-    except OSError as e:
-        pytest.fail(f"{name} is not reachable on 127.0.0.1:{port} ({e}): run `make services`")
+@pytest.fixture()
+def redis_url(shared_redis: str) -> str:
+    return f"redis://{shared_redis}/0"
 
 
 @pytest.fixture()
-def redis_url() -> str:
-    _require(6379, "Redis")
-    return "redis://127.0.0.1:6379/0"
-
-
-@pytest.fixture()
-def memcached_url() -> str:
-    _require(11211, "memcached")
-    return "memcached://127.0.0.1:11211"
-
-
-@pytest.fixture()
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+def memcached_url(shared_memcached: str) -> str:
+    return f"memcached://{shared_memcached}"
 
 
 def calls(path: Path) -> int:
@@ -101,9 +85,9 @@ def test_rerun_in_process(project: Path, scheme: str, memcached_url: str) -> Non
     assert canon(read_output(project / "o1")) == canon(read_output(project / "o2"))
 
 
-def test_dead_cache_never_fails_the_job(project: Path, free_port: int) -> None:
+def test_dead_cache_never_fails_the_job(project: Path) -> None:
     fn = _load(project)
-    url = f"redis://127.0.0.1:{free_port}/0?timeout=0.2&cooldown=60"
+    url = f"redis://127.0.0.1:{free_port()}/0?timeout=0.2&cooldown=60"
     m = run_op("transform", str(project / "data"), project / "o", "--cache", url, fn=fn)
     assert m["records_out"] == 800 and m["cache"]["hits"] == 0
     assert m["cache"]["errors"] >= 1 and m["cache"]["bypassed"] >= 1
