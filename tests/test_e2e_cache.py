@@ -105,6 +105,8 @@ def test_cache_needs_a_per_record_function(project: Path) -> None:
         run_op("transform", str(project / "data"), project / "o", "--cache", "memory://", fn=upper)
     with pytest.raises(ValueError, match="per-record"):  # the Python API refuses it before packaging
         api.transform(upper, input=str(project / "data"), output=str(project / "o"), cache="memory://")
+    with pytest.raises(TypeError, match="URL string"):
+        api.transform(lambda r: r, input=str(project / "data"), output=str(project / "o"), cache=object())
 
 
 @pytest.mark.parametrize(

@@ -73,7 +73,13 @@ def transform(
     ``cache="redis://host:6379/0"`` (or memcached://, sqlite:///path, memory://) memoizes a
     per-record ``fn`` keyed by (function sha256, record); see ``components.transform``.
     """
-    if kwargs.get("cache") and callable(fn) and kind_of(fn) is not FnKind.RECORD:
+    cache = kwargs.get("cache")
+    if cache is not None and not isinstance(cache, str):
+        raise TypeError(
+            f"cache= takes a cache URL string (e.g. 'redis://host:6379/0?namespace=x'), got"
+            f" {type(cache).__name__}: every rank opens the cache from the URL"
+        )
+    if cache and callable(fn) and kind_of(fn) is not FnKind.RECORD:
         raise ValueError(
             f"cache= memoizes per-record functions, but {getattr(fn, '__qualname__', fn)!r} is a"
             f" {kind_of(fn).value} function; drop cache= or cache inside the function"
