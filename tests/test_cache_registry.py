@@ -204,6 +204,46 @@ def test_import_and_open_do_not_import_clients_or_torch(tmp_path: Path) -> None:
     assert proc.stdout.splitlines() == ["[]", "['redis']"]  # redis only once a redis URL is opened
 
 
+def test_holders_register_when_torch_is_loaded_and_load_lazily_otherwise() -> None:
+    code = textwrap.dedent(
+        """
+        import sys
+        import torch
+        from torch.utils.data.datapipes.map import SequenceWrapper
+        import torchx_datapipes.cache
+        dp = SequenceWrapper([10, 20]).kv_cache("memory://")   # registered: torch came first
+        print(dp[1], SequenceWrapper([3]).in_memory_cache()[0])
+        """
+    )
+    lazy = textwrap.dedent(
+        """
+        import sys
+        from torchx_datapipes.cache import open_cache
+        print("torch" in sys.modules)
+        from torchx_datapipes.cache import CachedDataset, KVCacheHolderMapDataPipe
+        print("torch" in sys.modules, CachedDataset.__module__)
+        """
+    )
+    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": PACKAGE_ROOT}
+    for src, expected in ((code, ["20 3"]), (lazy, ["False", "True torchx_datapipes.cache.holders.dataset"])):
+        proc = subprocess.run([sys.executable, "-c", src], capture_output=True, text=True, env=env)
+        assert proc.returncode == 0, proc.stderr
+        assert proc.stdout.splitlines() == expected
+
+
+def test_stats_read_as_attributes_or_items() -> None:
+    from torchx_datapipes.cache import open_cache
+
+    c = open_cache("memory://")
+    c.set("k", b"x" * 10)
+    c.get("k")
+    c.get("missing")
+    st = c.stats()
+    assert (st["hits"], st["misses"], st.errors, st["bytes"]) == (1, 1, 0, st.bytes_read + st.bytes_written)
+    with pytest.raises(KeyError, match="hits"):
+        st["nope"]
+
+
 @pytest.mark.parametrize(
     "module, url, extra",
     [

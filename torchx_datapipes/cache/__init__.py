@@ -10,8 +10,14 @@ lazily in each process.
 Non-goals: this is not a database -- values can be evicted or lost at any time -- and it is
 not a security boundary: values are unpickled, so only use a server you trust.
 
-Holders (import on use, they import torch): :mod:`torchx_datapipes.cache.holders`.
+Holders (:mod:`torchx_datapipes.cache.holders`: ``CachedDataset``, ``CachedMapper``, ...) import
+torch, so they load on first use (``from torchx_datapipes.cache import CachedDataset``) or
+when this package is imported after torch; importing them registers the ``MapDataPipe``
+functional forms ``.kv_cache(cache)`` and ``.in_memory_cache()``.
 """
+
+import sys
+from typing import Any
 
 from torchx_datapipes.cache.base import Cache
 from torchx_datapipes.cache.codec import BytesCodec, Codec, CodecError, PickleCodec, TensorCodec
@@ -35,3 +41,24 @@ __all__ = [
     "register_cache",
     "schemes",
 ]
+
+_HOLDERS = (
+    "CachedDataset",
+    "CachedFunction",
+    "CachedMapper",
+    "InMemoryCacheHolderMapDataPipe",
+    "KVCacheHolderMapDataPipe",
+)
+
+
+def __getattr__(name: str) -> Any:
+    """PEP 562: the holders (which import torch) load when first asked for."""
+    if name in _HOLDERS:
+        from torchx_datapipes.cache import holders
+
+        return getattr(holders, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+if "torch" in sys.modules:  # torch is loaded already: register .kv_cache / .in_memory_cache now
+    import torchx_datapipes.cache.holders  # noqa: E402, F401

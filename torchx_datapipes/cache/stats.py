@@ -45,9 +45,21 @@ class CacheStats:
         return cls(**{f.name: int(d.get(f.name, 0)) for f in _FIELDS})
 
     @property
+    def bytes(self) -> int:
+        """Encoded bytes moved in either direction (``bytes_read + bytes_written``)."""
+        return self.bytes_read + self.bytes_written
+
+    def __getitem__(self, name: str) -> int:
+        """``stats["hits"]`` works as well as ``stats.hits``."""
+        if name == "bytes" or name in _NAMES:
+            return int(getattr(self, name))
+        raise KeyError(f"{name!r}; CacheStats fields: {', '.join(_NAMES)}, bytes")
+
+    @property
     def hit_rate(self) -> float:
         total = self.hits + self.misses
         return self.hits / total if total else 0.0
 
 
 _FIELDS = dataclasses.fields(CacheStats)
+_NAMES = tuple(f.name for f in _FIELDS)
