@@ -13,10 +13,11 @@ failures, cooldown, max_value_bytes. Provider options: memory ``max_items``,
 """
 
 import importlib
+import inspect
 import urllib.parse
 from dataclasses import dataclass, field
 from importlib.metadata import entry_points
-from typing import Any, Callable, Dict, Tuple, Type, Union
+from typing import Any, Callable, Dict, Set, Tuple, Type, Union
 
 from torchx_datapipes.cache.base import Cache
 
@@ -126,5 +127,28 @@ def open_cache(url: Union[str, Cache], **overrides: Any) -> Cache:
     spec = CacheURL.parse(url)
     cls = cache_class(spec.scheme)
     options = {**spec.options, **overrides}
+    valid = _accepted(cls)
+    wrong = sorted(set(options) - valid)
+    if wrong:
+        raise ValueError(
+            f"cache option(s) {', '.join(wrong)} do not apply to {spec.scheme}:// caches;"
+            f" valid: {', '.join(sorted(valid))}"
+        )
     extra = {"scheme": spec.scheme} if spec.scheme in ("redis", "rediss") else {}
     return cls.from_url(spec.location, spec.path, **extra, **options)  # type: ignore[attr-defined,no-any-return]
+
+
+_FROM_URL = {"self", "url", "path", "servers"}  # built-in providers take these from the URL itself
+
+
+def _accepted(cls: Type[Cache]) -> Set[str]:
+    """Keyword arguments ``cls`` accepts: its own ``__init__``'s and those of its bases."""
+    names: Set[str] = set()
+    for klass in cls.__mro__:
+        init = klass.__dict__.get("__init__")
+        if init is None or klass is object:
+            continue
+        for p in inspect.signature(init).parameters.values():
+            if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) and p.name not in _FROM_URL:
+                names.add(p.name)
+    return names

@@ -15,10 +15,11 @@ class CacheStats:
         bypassed: calls not sent because the circuit breaker was open.
         decode_errors: stored values that failed to decode (treated as misses and deleted).
         encode_errors: values that could not be encoded (e.g. unpicklable; not stored).
-        sets: values stored. rejected: values the server refused to store.
+        sets: values stored. rejected: values not stored because the server refused them (or,
+            with several memcached servers, because their server was down).
         oversize: values not stored because they exceed ``max_value_bytes``.
         bytes_read / bytes_written: encoded bytes moved.
-        breaker_opens: times the circuit breaker opened.
+        breaker_opens: times a circuit breaker opened (memcached: one breaker per server).
     """
 
     hits: int = 0

@@ -134,6 +134,7 @@ class MemcachedCache(Cache):
         pool = cast(ThreadPoolExecutor, self._live_pool)  # several servers: always a pool
         futures = {n: pool.submit(call, clients[n], ks) for n, ks in live.items()}
         failed: List[BaseException] = []
+        opened = 0
         for node, fut in futures.items():
             try:
                 results[node] = fut.result()
@@ -141,8 +142,10 @@ class MemcachedCache(Cache):
                     breakers[node].success()
             except Exception as e:
                 with lock:
-                    breakers[node].failure()
+                    opened += breakers[node].failure()
                 failed.append(e)
+        if opened:
+            self._count(breaker_opens=opened)
         if failed and not results:
             raise failed[0]
         if failed or len(live) < len(groups):

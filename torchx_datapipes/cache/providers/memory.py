@@ -37,10 +37,6 @@ class MemoryCache(Cache):
         if max_bytes is not None and (self.max_value_bytes is None or self.max_value_bytes > max_bytes):
             self.max_value_bytes = max_bytes
 
-    @classmethod
-    def from_url(cls, location: str, path: str, **options: Any) -> "MemoryCache":
-        return cls(**options)
-
     def describe(self) -> str:
         return "memory://"
 
