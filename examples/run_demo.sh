@@ -12,23 +12,22 @@ if [ ! -f "$DATA/part-00000.jsonl" ]; then
   python examples/gen_corpus.py --n "$N" --k 4 --out "$DATA"
 fi
 
+# --cache memoizes tokenize per record in a node-local sqlite file: run `make demo` twice and
+# the second transform computes nothing (the summary below shows the hits).
+mkdir -p "$OUT"
 echo "== transform: clean and tokenize $DATA/*.jsonl"
 torchx run -s local_cwd torchx_datapipes.components:transform \
   --fn examples/transforms.py:tokenize --input "$DATA/*.jsonl" --output "$OUT/clean" \
-  -j 1x2 --on_error skip --overwrite True
+  -j 1x2 --on_error skip --overwrite True --cache "sqlite://$(pwd)/$OUT/cache.db?namespace=demo"
 
-if python -c "import torchx_datapipes.runner.split" 2>/dev/null; then
-  echo "== split: train/val/test by id"
-  torchx run -s local_cwd torchx_datapipes.components:split \
-    --input "$OUT/clean/part-*.jsonl" --output "$OUT/split" \
-    --fractions train=0.8,val=0.1,test=0.1 --key id -j 1x2 --overwrite True
-fi
+echo "== split: train/val/test by id"
+torchx run -s local_cwd torchx_datapipes.components:split \
+  --input "$OUT/clean/part-*.jsonl" --output "$OUT/split" \
+  --fractions train=0.8,val=0.1,test=0.1 --key id -j 1x2 --overwrite True
 
-if python -c "import torchx_datapipes.runner.stats" 2>/dev/null; then
-  echo "== stats: summary statistics and report"
-  torchx run -s local_cwd torchx_datapipes.components:stats \
-    --input "$OUT/clean/part-*.jsonl" --output "$OUT/stats" -j 1x2 --overwrite True
-fi
+echo "== stats: summary statistics and report"
+torchx run -s local_cwd torchx_datapipes.components:stats \
+  --input "$OUT/clean/part-*.jsonl" --output "$OUT/stats" -j 1x2 --overwrite True
 
 echo
 echo "output:   $OUT/clean/part-*.jsonl"
@@ -39,6 +38,9 @@ out = sys.argv[1]
 m = json.load(open(os.path.join(out, "clean", "_SUCCESS")))
 print(f"records in {m['records_in']:,}, out {m['records_out']:,}, filtered {m['filtered']:,}, bad {m['bad']:,},"
       f" world size {m['world_size']}, {m['wall_time_s']:.2f}s in the runner")
+c = m.get("cache")
+if c:
+    print(f"cache {c['url']}: {c['hits']:,} hits, {c['misses']:,} misses, {c['errors']:,} errors")
 for sub, what in (("split", "splits"), ("stats", "report")):
     if os.path.exists(os.path.join(out, sub, "_SUCCESS")):
         if sub == "split":

@@ -125,6 +125,9 @@ def summary(manifest: Dict[str, Any]) -> str:
         if key in manifest:
             parts.append(f"{manifest[key]:,} {key.replace('records_', '')}")
     parts.append(f"{manifest['bad']:,} bad")
+    cache = manifest.get("cache")
+    if cache:
+        parts.append(f"cache {cache['hits']:,} hits / {cache['misses']:,} misses / {cache['errors']} errors")
     wall = manifest["wall_time_s"]
     rate = manifest["records_in"] / wall if wall else 0.0
     return ", ".join(parts) + f" in {wall:.2f}s ({rate:,.0f} rec/s)"
