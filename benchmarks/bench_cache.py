@@ -68,7 +68,7 @@ from typing import TYPE_CHECKING, Any, Optional
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _common import REPO_ROOT, write_json  # noqa: E402
+from _common import REPO_ROOT, ensure_corpus, load_fn, write_json  # noqa: E402
 
 if TYPE_CHECKING:
     from multiprocessing.queues import Queue
@@ -79,7 +79,7 @@ if TYPE_CHECKING:
     from torchx_datapipes.cache import Cache
 
 PROVIDERS = ("memory", "sqlite", "redis", "memcached")
-PARTS = ("small", "tensor", "workers")
+PARTS = ("small", "tensor", "workers", "transform")
 REDIS_TARGET_KEYS_S = 200_000
 RSS_TARGET_RATIO = 3.0
 NET_TIMEOUT_S = 5.0
@@ -1014,7 +1014,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(line, flush=True)
         t0 = time.perf_counter()
         results: dict[str, dict[str, Any]] = {}
-        for part, fn in (("small", bench_small), ("tensor", bench_tensor), ("workers", bench_workers)):
+        parts = (
+            ("small", bench_small),
+            ("tensor", bench_tensor),
+            ("workers", bench_workers),
+            ("transform", bench_transform_cache),
+        )
+        for part, fn in parts:
             if part in a.parts:
                 results[part] = fn(a, sizes, env)
         report(a, sizes, results)
@@ -1029,8 +1035,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         payload: dict[str, Any] = {
             "meta": {"sizes": asdict(sizes), "providers": a.providers, "sqlite_dir": str(base)},
-            **{k: rows_json(v["rows"]) for k, v in results.items() if k != "workers"},
+            **{k: rows_json(v["rows"]) for k, v in results.items() if k not in ("workers", "transform")},
         }
+        if "transform" in results:
+            payload["transform"] = results["transform"]["rows"]
         if "workers" in results:
             payload["workers"] = {r["array"]: rows_json(r["rows"]) for r in results["workers"]["runs"]}
         if "tensor" in results:
@@ -1039,6 +1047,81 @@ def main(argv: Sequence[str] | None = None) -> int:
         write_json(a.json, payload)
         print(f"# results saved to {a.json}")
     return 0
+
+
+# ---------------------------------------------------------------------------------------------
+# Part 3: transform --cache, cold and warm
+# ---------------------------------------------------------------------------------------------
+
+
+def run_transform(
+    data: Path, out: Path, artifact_args: list[str], cache_url: str
+) -> tuple[float, dict[str, Any]]:
+    """The transform runner in this process (1 rank, 1 worker): wall seconds and the manifest."""
+    from torchx_datapipes.runner.main import main as runner_main
+
+    args = ["transform", "--input", str(data), "--output", str(out), "--progress_s", "0", *artifact_args]
+    t0 = time.perf_counter()
+    manifest = runner_main([*args, *(["--cache", cache_url] if cache_url else [])])
+    dt = time.perf_counter() - t0
+    shutil.rmtree(out, ignore_errors=True)
+    assert manifest is not None
+    return dt, manifest
+
+
+def bench_transform_cache(a: argparse.Namespace, sizes: Sizes, env: Env) -> dict[str, Any]:
+    """``transform --cache``: no cache vs a cold cache (first run) vs a warm one (a rerun)."""
+    from torchx_datapipes import artifact
+    from torchx_datapipes.cache import open_cache
+
+    n = 20_000 if a.quick else 200_000
+    data = ensure_corpus(n, 4, 0, Path(tempfile.gettempdir()) / "tdp-bench-data")
+    rows = []
+    for name in ("light", "heavy"):
+        ref = artifact.package(load_fn(f"examples/transforms.py:{name}"), str(env.sqlite_dir / "store"))
+        art = ["--artifact", ref.url, "--sha256", ref.sha256]
+        out = env.sqlite_dir / "out"
+        progress(f"3: {name} without a cache")
+        base, _ = run_transform(data, out, art, "")
+        rows.append({"fn": name, "cache": "none", "run": "-", "seconds": base, "records": n, "hits": 0})
+        for p in a.providers:
+            if p == "memory":
+                continue  # a per-process dict does not survive the job: nothing to rerun against
+            url = env.url(p, f"bench_cache-{os.getpid()}-transform-{name}", db="transform.db")
+            for run in ("cold", "warm"):
+                progress(f"3: {name} {p}:// {run}")
+                dt, m = run_transform(data, out, art, url)
+                c = m["cache"]
+                rows.append(
+                    {
+                        "fn": name,
+                        "cache": p,
+                        "run": run,
+                        "seconds": dt,
+                        "records": n,
+                        "hits": c["hits"],
+                        "errors": c["errors"],
+                        "vs_none": base / dt,
+                    }
+                )
+            open_cache(url).clear()
+    return {"rows": rows, "records": n}
+
+
+def transform_table(rows: Sequence[dict[str, Any]]) -> str:
+    body = [
+        [
+            r["fn"],
+            "no cache" if r["cache"] == "none" else f"{r['cache']}://",
+            r["run"],
+            f"{r['seconds']:.2f}",
+            f"{r['records'] / r['seconds']:,.0f}",
+            f"{r['hits']:,}",
+            "1.00x" if r["cache"] == "none" else f"{r['vs_none']:.2f}x",
+        ]
+        for r in rows
+    ]
+    return md_table(["fn", "cache", "run", "s", "records/s", "cache hits", "vs no cache"], body)
 
 
 def report(a: argparse.Namespace, sizes: Sizes, results: dict[str, dict[str, Any]]) -> None:
@@ -1074,6 +1157,12 @@ def report(a: argparse.Namespace, sizes: Sizes, results: dict[str, dict[str, Any
                 "\nglibc's defaults hand freed 1 MiB blocks back to the kernel (mmap / heap trim), so each"
                 " new value can page-fault in fresh zeroed pages; 1b measures that too, 1b' without it."
             )
+    if "transform" in results:
+        print(
+            f"\n### 3. transform --cache: {results['transform']['records']:,} records, the runner in-process"
+            " (1 rank, 1 worker); cold = first run (every record computed and stored), warm = a rerun\n"
+        )
+        print(transform_table(results["transform"]["rows"]))
     for run in results.get("workers", {}).get("runs", []):
         mib = sizes.ws_items * sizes.ws_elems * 4 / 2**20
         enc, array = run["encoded"], run["array"]

@@ -68,7 +68,7 @@ def stored_key(prefix: str, key: Hashable) -> str:
 
 
 def stored_keys(prefix: str, keys: Sequence[Hashable]) -> List[str]:
-    """:func:`stored_key` of each key, with fast paths for plain ``str`` and ``int`` keys.
+    """:func:`stored_key` of each key, with fast paths for plain ``str``, ``int`` and ``bytes`` keys.
 
     The fast paths produce exactly the bytes of :func:`key_bytes` (checked by the tests).
     """
@@ -82,6 +82,8 @@ def stored_keys(prefix: str, keys: Sequence[Hashable]) -> List[str]:
         elif t is int:
             raw = str(key).encode()
             data = b"i" + pack(len(raw)) + raw
+        elif t is bytes:
+            data = b"b" + pack(len(key)) + key  # type: ignore[arg-type,operator]
         else:
             data = key_bytes(key)
         append(prefix + blake(data, digest_size=DIGEST_BYTES).hexdigest())

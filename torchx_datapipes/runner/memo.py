@@ -42,18 +42,22 @@ class Memo:
                 f"--cache memoizes per-record functions, but {fn_label} is a {kind.value} function;"
                 " drop --cache, or cache inside the function (torchx_datapipes.cache.open_cache)"
             )
+        if len(sha256) != 64:
+            raise ValueError(f"--cache needs the artifact's 64-hex-digit sha256, got {sha256!r}")
         self.cache: Cache = open_cache(url)
         self.sha256 = sha256
 
-    def keys(self, recs: Sequence[Any]) -> List[Tuple[str, bytes]]:
-        return [(self.sha256, record_bytes(r)) for r in recs]
+    def keys(self, recs: Sequence[Any]) -> List[bytes]:
+        """One bytes key per record: the artifact's sha256 (64 hex digits, fixed length) + the record."""
+        prefix = self.sha256.encode()
+        return [prefix + record_bytes(r) for r in recs]
 
-    def lookup(self, keys: Sequence[Tuple[str, bytes]]) -> Dict[int, Any]:
+    def lookup(self, keys: Sequence[bytes]) -> Dict[int, Any]:
         """Cached results by position in the batch."""
         found = self.cache.get_many(keys)
         return {i: found[k] for i, k in enumerate(keys) if k in found}
 
-    def store(self, fresh: List[Tuple[Tuple[str, bytes], Any]]) -> None:
+    def store(self, fresh: List[Tuple[bytes, Any]]) -> None:
         if fresh:
             self.cache.set_many(fresh)
 
