@@ -2,10 +2,12 @@
 
 No server: each process opens the same SQLite file (stdlib ``sqlite3``). WAL mode lets
 readers run while one process writes; ``synchronous=NORMAL`` skips fsync per commit (a
-cache may lose its last writes in a power cut, never its consistency); reads go through
-an mmap of the file, so hot values sit once in the OS page cache instead of once per
-process. Measured on 2 cores: ~110k gets/s per process, ~340k/s batched over 2
-(../shared/DESIGN.md). Put the file on local disk or ``/dev/shm``, never on NFS.
+cache may lose its last writes in a power cut, never its consistency). Hot values sit once
+in the OS page cache, shared by all processes. Reads use ``read()`` by default, not an mmap:
+with ``mmap_bytes`` > 0 reads are ~10% faster, but every process's RSS then counts each
+mapped page of the file, which looks like a private copy per worker to anything that
+watches RSS (measured in benchmarks/bench_cache.py). Put the file on local disk or
+``/dev/shm``, never on NFS.
 LMDB is faster but cannot be used across fork and has a single writer and a fixed size.
 """
 
@@ -31,16 +33,14 @@ class SqliteCache(Cache):
         path: the database file (created with its directory if missing).
         lock_timeout: seconds to wait for another process's write lock before giving up
             (a give-up counts as an error, i.e. a miss or an unstored value).
-        mmap_bytes: bytes of the file to map into memory for reads.
+        mmap_bytes: bytes of the file to map into memory for reads (0: no mmap, the default).
         **options: see :class:`~torchx_datapipes.cache.base.Cache`.
     """
 
     scheme = "sqlite"
     default_max_value_bytes = 512 * 1024 * 1024
 
-    def __init__(
-        self, path: str, lock_timeout: float = 10.0, mmap_bytes: int = 1 << 30, **options: Any
-    ) -> None:
+    def __init__(self, path: str, lock_timeout: float = 10.0, mmap_bytes: int = 0, **options: Any) -> None:
         super().__init__(**options)
         if not path:
             raise ValueError("sqlite cache needs a file path, e.g. sqlite:///dev/shm/tdp-cache.db")
