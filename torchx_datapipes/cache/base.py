@@ -17,7 +17,8 @@ is counted in ``stats().rejected``. Each kind of problem is logged once per proc
 Pickling: a cache pickles only its configuration. Connections, counters and the breaker
 live in ``_live_*`` attributes that are dropped by ``__getstate__`` and rebuilt lazily in
 each process (checked by pid), so a cache can be handed to DataLoader workers under fork,
-spawn or forkserver, or shipped inside a cloudpickle / torch.package artifact.
+spawn or forkserver, or shipped inside a cloudpickle / torch.package artifact. Within a
+process, connections are per thread and counters are shared under a lock.
 """
 
 import abc
