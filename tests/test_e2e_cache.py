@@ -11,6 +11,7 @@ from tdp_testutil import canon, make_dataset, manifest, part_bytes, read_output,
 
 from torchx_datapipes import api
 from torchx_datapipes.appdef import InvalidArgumentError
+from torchx_datapipes.cache import open_cache
 from torchx_datapipes.components import transform
 
 COUNTED = textwrap.dedent(
@@ -54,6 +55,13 @@ def project(tmp_path: Path) -> Path:
 @pytest.mark.e2e
 def test_rerun_with_redis_cache_computes_nothing(project: Path, redis_url: str) -> None:
     url = f"{redis_url}?namespace=e2e-{uuid.uuid4().hex[:12]}"
+    try:
+        _rerun_twice(project, url)
+    finally:
+        open_cache(url).clear()  # leave nothing on the shared server
+
+
+def _rerun_twice(project: Path, url: str) -> None:
     common = ["--fn", "counted.py:clean", "--input", "data", "--cache", url]
     cmd = ["run", "-s", "local_cwd", "torchx_datapipes.components:transform", *common]
     first = run_torchx([*cmd, "--output", "out1", "-j", "1x2"], cwd=project)
@@ -80,6 +88,7 @@ def test_rerun_in_process(project: Path, scheme: str, memcached_url: str) -> Non
     m2 = run_op(
         "transform", str(project / "data"), project / "o2", "--cache", url, "--num_workers", "2", fn=fn
     )
+    open_cache(url).clear()  # leave nothing on the shared servers
     assert calls(project / "calls") == 1001
     assert (m1["cache"]["misses"], m2["cache"]["hits"], m2["cache"]["misses"]) == (1001, 1001, 0)
     assert canon(read_output(project / "o1")) == canon(read_output(project / "o2"))
