@@ -234,6 +234,41 @@ def test_an_option_of_another_provider_is_named(url: str) -> None:
         open_cache(url)
 
 
+class MinimalCache(Cache):
+    """A third-party core written loosely: list answers, ``_set_many`` without ttl, public ``close``."""
+
+    scheme = "minimal"
+    store: Dict[str, bytes] = {}
+
+    def _get_many(self, keys: List[str]) -> List[Optional[bytes]]:  # type: ignore[override]
+        return [self.store.get(k) for k in keys]
+
+    def _set_many(self, items: Dict[str, bytes]) -> None:  # type: ignore[override]
+        self.store.update(items)
+
+    def _delete_many(self, keys: List[str]) -> None:
+        for k in keys:
+            self.store.pop(k, None)
+
+    def _clear(self, prefix: str) -> None:
+        for k in [k for k in self.store if k.startswith(prefix)]:
+            del self.store[k]
+
+    def close(self) -> None:
+        pass
+
+
+def test_a_loosely_written_third_party_core_works(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(registry, "_REGISTERED", {})
+    register_cache("minimal", MinimalCache)
+    c = open_cache("minimal://?namespace=third&strict=true")
+    assert c.set_many({"a": 1, "b": [2]}) == 2
+    assert c.get_many(["a", "b", "c"]) == {"a": 1, "b": [2]} and "a" in c
+    c.delete("a")
+    c.clear()
+    assert c.get_many(["a", "b"]) == {} and c.stats().errors == 0
+
+
 def test_stats_read_as_attributes_or_items() -> None:
     from torchx_datapipes.cache import open_cache
 

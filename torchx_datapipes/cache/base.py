@@ -22,6 +22,7 @@ process, connections are per thread and counters are shared under a lock.
 """
 
 import abc
+import inspect
 import logging
 import os
 import threading
@@ -87,6 +88,7 @@ class Cache(abc.ABC):
     """
 
     scheme: ClassVar[str] = ""
+    _set_many_takes_ttl: ClassVar[bool] = True
     default_max_value_bytes: ClassVar[Optional[int]] = None
 
     def __init__(
@@ -136,9 +138,21 @@ class Cache(abc.ABC):
     def _clear(self, prefix: str) -> None:
         """Delete every key that starts with ``prefix`` (one namespace and version)."""
 
-    @abc.abstractmethod
     def _close(self) -> None:
-        """Close this thread's connection ``self._live_conn``, if any, and set it to None."""
+        """Close this thread's connection ``self._live_conn``, if any, and set it to None.
+
+        The default drops the reference (garbage collection closes it); backends override it.
+        """
+        self._live_conn = None
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        """Accept third-party cores written as ``_set_many(self, items)`` (no ttl parameter)."""
+        super().__init_subclass__(**kwargs)
+        core = cls.__dict__.get("_set_many")
+        if core is not None:
+            params = list(inspect.signature(core).parameters.values())[1:]
+            varargs = any(p.kind is p.VAR_POSITIONAL for p in params)
+            cls._set_many_takes_ttl = varargs or len(params) >= 2
 
     @classmethod
     def from_url(cls, location: str, path: str, **options: Any) -> "Cache":
@@ -247,6 +261,8 @@ class Cache(abc.ABC):
         if len(by_stored) > 1 and len(set(by_stored.values())) != len(by_stored):
             _raise_equal_keys(list(by_stored.values()))
         ok, raw = self._call("get", self._get_many, list(by_stored))
+        if ok and isinstance(raw, (list, tuple)):  # a core that answers in key order, None = absent
+            raw = {k: v for k, v in zip(by_stored, raw) if v is not None}
         found: Dict[K, Any] = {}
         corrupt: List[str] = []
         raw = raw if ok and raw else {}
@@ -303,7 +319,12 @@ class Cache(abc.ABC):
             encoded[skey] = data
         stored: List[str] = []
         if encoded:
-            ok, refused = self._call("set", self._set_many, encoded, self.ttl)
+            args = (encoded, self.ttl) if self._set_many_takes_ttl else (encoded,)
+            if self.ttl is not None and not self._set_many_takes_ttl:
+                self._warn("ttl", f"{type(self).__name__}._set_many takes no ttl: ttl={self.ttl:g} ignored")
+            ok, refused = self._call("set", self._set_many, *args)
+            if not isinstance(refused, (list, tuple, set)):  # None / True from a third-party core
+                refused = []
             refused = (refused or []) if ok else []
             if refused:
                 self._count(rejected=len(refused))
