@@ -47,7 +47,7 @@ from typing import (
 from torchx_datapipes.cache.breaker import CircuitBreaker
 from torchx_datapipes.cache.codec import Codec, CodecError, codec_named
 from torchx_datapipes.cache.errors import CacheBackendError, CacheValueError
-from torchx_datapipes.cache.keys import check_name, stored_key, stored_keys
+from torchx_datapipes.cache.keys import check_name, raise_equal_keys, stored_key, stored_keys
 from torchx_datapipes.cache.stats import CacheStats
 
 log = logging.getLogger("torchx_datapipes.cache")
@@ -57,18 +57,6 @@ _MISSING: Any = object()
 # connections inherited across fork are never closed by the child (that could shut the
 # parent's socket); they are kept referenced here so garbage collection does not close them.
 _INHERITED: List[Any] = []
-
-
-def _raise_equal_keys(keys: List[Any]) -> None:
-    """Keys such as ``1``, ``1.0`` and ``True`` are different cache keys but one dict key."""
-    seen: Dict[Any, Any] = {}
-    for k in keys:
-        if k in seen:
-            raise ValueError(
-                f"cache keys {seen[k]!r} and {k!r} are equal in Python but are different cache keys;"
-                " a dict cannot hold both, so ask for them in separate calls (or use one key type)"
-            )
-        seen[k] = k
 
 
 class Cache(abc.ABC):
@@ -259,7 +247,7 @@ class Cache(abc.ABC):
         if not by_stored:
             return {}
         if len(by_stored) > 1 and len(set(by_stored.values())) != len(by_stored):
-            _raise_equal_keys(list(by_stored.values()))
+            raise_equal_keys(list(by_stored.values()))
         ok, raw = self._call("get", self._get_many, list(by_stored))
         if ok and isinstance(raw, (list, tuple)):  # a core that answers in key order, None = absent
             raw = {k: v for k, v in zip(by_stored, raw) if v is not None}

@@ -10,7 +10,7 @@ rank and later job derives the same stored key from the same user key.
 import hashlib
 import re
 import struct
-from typing import Any, Hashable, List, Sequence
+from typing import Any, Dict, Hashable, List, Sequence
 
 _NAME = re.compile(r"^[A-Za-z0-9_.\-]{1,64}$")
 DIGEST_BYTES = 20
@@ -88,3 +88,15 @@ def stored_keys(prefix: str, keys: Sequence[Hashable]) -> List[str]:
             data = key_bytes(key)
         append(prefix + blake(data, digest_size=DIGEST_BYTES).hexdigest())
     return out
+
+
+def raise_equal_keys(keys: List[Any]) -> None:
+    """Keys such as ``1``, ``1.0`` and ``True`` are different cache keys but one dict key."""
+    seen: Dict[Any, Any] = {}
+    for k in keys:
+        if k in seen:
+            raise ValueError(
+                f"cache keys {seen[k]!r} and {k!r} are equal in Python but are different cache keys;"
+                " a dict cannot hold both, so ask for them in separate calls (or use one key type)"
+            )
+        seen[k] = k
