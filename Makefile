@@ -6,7 +6,7 @@ TORCH_SPEC ?= torch==2.13.0
 BIN := $(VENV)/bin
 PIP := $(BIN)/python -m pip
 
-.PHONY: demo test install install-dev services lint typecheck pytest bench clean
+.PHONY: demo test install install-dev services lint typecheck pytest bench bench-cache clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -49,6 +49,9 @@ test: install-dev services lint typecheck pytest
 bench: install
 	$(PIP) install -q -e ".[bench]"
 	source $(BIN)/activate && python benchmarks/bench_transform.py
+
+bench-cache: install-dev services
+	source $(BIN)/activate && python benchmarks/bench_cache.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .torchx .tdp demo-out
