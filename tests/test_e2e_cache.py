@@ -1,5 +1,6 @@
 """``transform --cache``: a rerun of the same function on the same data computes nothing."""
 
+import datetime
 import textwrap
 import uuid
 from pathlib import Path
@@ -13,6 +14,7 @@ from torchx_datapipes import api
 from torchx_datapipes.appdef import InvalidArgumentError
 from torchx_datapipes.cache import open_cache
 from torchx_datapipes.components import transform
+from torchx_datapipes.runner.memo import record_bytes
 
 COUNTED = textwrap.dedent(
     """
@@ -135,3 +137,22 @@ def _load(project: Path) -> Any:
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module.clean
+
+
+@pytest.mark.parametrize(
+    "a, b",
+    [
+        ({"x": float("nan")}, {"x": None}),  # orjson writes NaN as null
+        ({"x": float("inf")}, {"x": None}),
+        ({"a": 1, "b": 2}, {"b": 2, "a": 1}),  # the function may see the key order
+        ({"d": datetime.date(2020, 1, 2)}, {"d": "2020-01-02"}),
+        ({"x": 1}, {"x": 1.0}),
+        ({"x": 1}, {"x": True}),
+        ({"x": 0.0}, {"x": -0.0}),
+        ({"x": 2**70}, {"x": str(2**70)}),
+        ({"b": b"ab"}, {"b": "ab"}),
+    ],
+)
+def test_different_records_never_share_a_cache_key(a: Dict[str, Any], b: Dict[str, Any]) -> None:
+    assert record_bytes(a) != record_bytes(b)
+    assert record_bytes(a) == record_bytes(dict(a))  # and the same record always gets the same key

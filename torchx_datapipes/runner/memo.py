@@ -1,6 +1,6 @@
 """``transform --cache URL``: memoize the user's per-record function in a shared cache.
 
-The key of a record is (artifact sha256, the record's canonical bytes), so the same
+The key of a record is (artifact sha256, the record's exact bytes), so the same
 function on the same record hits from any rank, worker or later job, and a changed
 function (a new sha256) never sees the old results. Each batch costs one ``get_many`` and
 one ``set_many``. Failures follow the cache's policy: a cache that is down or slow only
@@ -17,15 +17,24 @@ import orjson
 from torchx_datapipes.cache import Cache, CacheStats, open_cache
 from torchx_datapipes.kinds import FnKind
 
-_OPTS = orjson.OPT_SORT_KEYS | orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_NON_STR_KEYS
+# orjson would turn datetimes, dataclasses and str/int subclasses into plain JSON values that
+# collide with real strings/dicts; passing them through makes it raise, and pickle takes over.
+_OPTS = orjson.OPT_PASSTHROUGH_DATETIME | orjson.OPT_PASSTHROUGH_DATACLASS | orjson.OPT_PASSTHROUGH_SUBCLASS
 
 
 def record_bytes(rec: Any) -> bytes:
-    """Canonical bytes of a record: sorted-key JSON, or pickle for values JSON cannot hold."""
+    """Exact bytes of a record: two records get the same bytes only if they are equal.
+
+    JSON (fast) in the record's own key order -- a reordered record is a different key, since
+    the function may see the order -- or pickle where JSON would be lossy: values JSON cannot
+    hold, and ``null``, which orjson also writes for NaN and Infinity. Equal records can get
+    different bytes (a miss), never the reverse (a wrong hit).
+    """
     try:
-        return b"j" + orjson.dumps(rec, option=_OPTS)
+        data = orjson.dumps(rec, option=_OPTS)
     except TypeError:
         return b"p" + pickle.dumps(rec, protocol=5)
+    return b"j" + data if b"null" not in data else b"p" + pickle.dumps(rec, protocol=5)
 
 
 def materialize(result: Any) -> Any:
