@@ -234,8 +234,8 @@ def test_an_option_of_another_provider_is_named(url: str) -> None:
         open_cache(url)
 
 
-class MinimalCache(Cache):
-    """A third-party core written loosely: list answers, ``_set_many`` without ttl, public ``close``."""
+class MinimalCache(DictCache):
+    """A third-party core written loosely: answers in key order, ``_set_many`` without ttl."""
 
     scheme = "minimal"
     store: Dict[str, bytes] = {}
@@ -246,20 +246,8 @@ class MinimalCache(Cache):
     def _set_many(self, items: Dict[str, bytes]) -> None:  # type: ignore[override]
         self.store.update(items)
 
-    def _delete_many(self, keys: List[str]) -> None:
-        for k in keys:
-            self.store.pop(k, None)
 
-    def _clear(self, prefix: str) -> None:
-        for k in [k for k in self.store if k.startswith(prefix)]:
-            del self.store[k]
-
-    def close(self) -> None:
-        pass
-
-
-def test_a_loosely_written_third_party_core_works(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(registry, "_REGISTERED", {})
+def test_a_loosely_written_third_party_core_works(clean_registry: None) -> None:
     register_cache("minimal", MinimalCache)
     c = open_cache("minimal://?namespace=third&strict=true")
     assert c.set_many({"a": 1, "b": [2]}) == 2
