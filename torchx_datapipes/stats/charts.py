@@ -2,11 +2,17 @@
 
 We build ``matplotlib.figure.Figure`` objects directly instead of using pyplot: no global
 figure registry, no backend switch for the caller's process, safe in worker threads.
+
+Field names and values are data, never markup: every Text that can carry them is created with
+``parse_math=False`` and ``usetex=False`` (:data:`_PLAIN`), so ``$\\foo$`` or ``$x^2$`` is drawn as
+typed instead of being parsed as mathtext (which raised ``ValueError: Unknown symbol``) or sent
+to LaTeX. Numeric tick labels keep matplotlib's own formatting (its offsets use mathtext).
 """
 
 from __future__ import annotations
 
 import io
+import re
 from typing import Any
 
 try:
@@ -20,6 +26,8 @@ from torchx_datapipes.stats.summary import fmt, shorten
 _BAR = "#4c78a8"
 _ACCENT = "#e45756"
 _DPI = 100
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")  # no glyph in any font: drawn as U+FFFD instead
+_PLAIN: dict[str, Any] = {"parse_math": False, "usetex": False}  # Text kwargs: draw the string as typed
 
 
 def histogram_png(name: str, num: dict[str, Any]) -> bytes:
@@ -38,10 +46,12 @@ def histogram_png(name: str, num: dict[str, Any]) -> bytes:
         ax.axvline(
             num["median"], color=_ACCENT, linestyle="--", linewidth=1.2, label=f"median {fmt(num['median'])}"
         )
-        ax.legend(fontsize=8, loc="best", framealpha=0.9, edgecolor="none")
+        legend = ax.legend(fontsize=8, loc="best", framealpha=0.9, edgecolor="none")
+        for text in legend.get_texts():  # Legend takes no Text kwargs: set them on its entries
+            text.update(_PLAIN)
     note = "exact" if hist["exact"] else f"±{100 * hist['count_error']:.2g}% of n per bin"
-    ax.set_title(f"{shorten(name, 50)} — histogram ({note})", fontsize=9, loc="left")
-    ax.set_ylabel("count", fontsize=8)
+    ax.set_title(f"{_label(name, 50)} — histogram ({note})", fontsize=9, loc="left", **_PLAIN)
+    ax.set_ylabel("count", fontsize=8, **_PLAIN)
     _style(ax)
     return _png(fig)
 
@@ -49,7 +59,7 @@ def histogram_png(name: str, num: dict[str, Any]) -> bytes:
 def top_k_png(name: str, s: dict[str, Any]) -> bytes:
     """Horizontal bar chart of the most frequent strings, largest on top."""
     top = s["top"]
-    labels = [shorten(t["value"], 28) or "(empty)" for t in reversed(top)]
+    labels = [_label(t["value"], 28) or "(empty)" for t in reversed(top)]
     counts = [t["count"] for t in reversed(top)]
     height = max(1.4, 0.24 * len(top) + 0.8)
     fig = _figure(5.6, height)
@@ -58,13 +68,17 @@ def top_k_png(name: str, s: dict[str, Any]) -> bytes:
     fig.subplots_adjust(left=left, right=0.97, top=1 - 0.4 / height, bottom=0.35 / height)
     ax = fig.add_subplot()
     ax.barh(range(len(top)), counts, color=_BAR, height=0.7)
-    ax.set_yticks(range(len(top)), labels, fontsize=7)
+    ax.set_yticks(range(len(top)), labels, fontsize=7, **_PLAIN)
     note = "exact counts" if s["top_exact"] else f"counts ±{fmt(s['top_max_error'])}"
     if not s["top_exact"] and top and top[0]["lower"] <= s["top_max_error"]:
         note += "; no guaranteed heavy hitter"
-    ax.set_title(f"{shorten(name, 50)} — top {len(top)} values ({note})", fontsize=9, loc="left")
+    ax.set_title(f"{_label(name, 50)} — top {len(top)} values ({note})", fontsize=9, loc="left", **_PLAIN)
     _style(ax)
     return _png(fig)
+
+
+def _label(text: str, limit: int) -> str:
+    return _CONTROL.sub("\ufffd", shorten(text, limit))
 
 
 def _figure(width: float, height: float) -> Figure:
