@@ -10,6 +10,7 @@ The shared servers on 6379 / 11211 (started by ``make services``) are only check
 :func:`require_shared`; tests never stop them.
 """
 
+import glob
 import os
 import pwd
 import shutil
@@ -27,6 +28,7 @@ SHARED_REDIS = ("127.0.0.1", 6379)
 SHARED_MEMCACHED = ("127.0.0.1", 11211)
 SHARED_SERVERS = {"redis": SHARED_REDIS, "memcached": SHARED_MEMCACHED}
 START_TIMEOUT_S = 15.0
+SIGNAL_TIMEOUT_S = 10.0  # SIGSTOP/SIGCONT reach every thread in ms; the deadline only catches a hang
 
 
 def free_port() -> int:
@@ -42,6 +44,32 @@ def port_open(port: int, host: str = "127.0.0.1", timeout: float = 0.5) -> bool:
         return True
     except OSError:
         return False
+
+
+def wait_until(done: Callable[[], bool], timeout: float, what: str, poll_s: float = 0.005) -> None:
+    """Poll ``done()`` until it is true; raise ``TimeoutError`` naming ``what`` after ``timeout`` s."""
+    deadline = time.monotonic() + timeout
+    while not done():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{what}: not reached within {timeout}s")
+        time.sleep(poll_s)
+
+
+def thread_states(pid: int) -> List[str]:
+    """The scheduler state (``R``, ``S``, ``T``...) of every thread of ``pid``, from /proc.
+
+    SIGSTOP is delivered to a process but each thread stops on its own (memcached's ten threads
+    within a few ms), so "paused" means every thread is ``T``, not that the signal was sent.
+    """
+    states = []
+    for task in glob.glob(f"/proc/{pid}/task/*/stat"):
+        try:
+            with open(task) as f:
+                stat = f.read()
+        except FileNotFoundError:  # the thread exited between glob and open
+            continue
+        states.append(stat[stat.rindex(")") + 2])  # "pid (comm) S ...": comm may hold spaces or ")"
+    return states
 
 
 def require_shared(kind: str) -> str:
@@ -116,9 +144,7 @@ class Server:
         except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.wait()
-        deadline = time.monotonic() + 5
-        while port_open(self.port, timeout=0.2) and time.monotonic() < deadline:
-            time.sleep(0.02)
+        wait_until(lambda: not port_open(self.port, timeout=0.2), 5.0, f"{self.kind} port {self.port} closed")
 
     def restart(self) -> "Server":
         """Stop, then start again on the same port (the data is gone: no persistence)."""
@@ -126,15 +152,30 @@ class Server:
         return self.start()
 
     def pause(self) -> None:
-        """SIGSTOP: a hung server. Connections are still accepted by the kernel; nothing answers."""
+        """SIGSTOP: a hung server. Connections are still accepted by the kernel; nothing answers.
+
+        Returns once every thread is stopped: until then a request could still be answered.
+        """
         assert self.proc is not None and self.proc.poll() is None, f"{self.kind} is not running"
+        pid = self.proc.pid
         self.proc.send_signal(signal.SIGSTOP)
         self.paused = True
+        wait_until(
+            lambda: all(s == "T" for s in thread_states(pid)),
+            SIGNAL_TIMEOUT_S,
+            f"{self.kind} pid {pid} stopped",
+        )
 
     def resume(self) -> None:
+        """SIGCONT; returns once no thread is stopped any more."""
         assert self.proc is not None
+        pid = self.proc.pid
         self.proc.send_signal(signal.SIGCONT)
         self.paused = False
+        if self.proc.poll() is None:
+            wait_until(
+                lambda: "T" not in thread_states(pid), SIGNAL_TIMEOUT_S, f"{self.kind} pid {pid} running"
+            )
 
     def cleanup(self) -> None:
         self.stop()

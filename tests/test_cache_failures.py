@@ -6,6 +6,7 @@ it may stop, restart or freeze with SIGSTOP; the shared servers are never touche
 
 import logging
 import os
+import socket
 import sqlite3
 import time
 import uuid
@@ -13,15 +14,17 @@ from pathlib import Path
 from typing import Any, Callable, Dict, Iterator, List, Tuple
 
 import pytest
-from cache_servers import Server, cache_url, free_port, start, start_memcached, start_redis
+from cache_servers import Server, cache_url, free_port, start, start_memcached, start_redis, thread_states
 
 from torchx_datapipes.cache import Cache, CacheBackendError, CacheValueError, open_cache
 from torchx_datapipes.cache.keys import stored_key
 
 LOGGER = "torchx_datapipes.cache"
 KINDS = ["redis", "memcached"]
-# a hung call must end near the configured timeout, far from redis-py's 5 s default
-TIMEOUT_S, HUNG_CALL_LIMIT_S = 0.3, 1.0
+# A hung call must end near the configured timeout, not at the 5 s defaults of redis-py, pymemcache
+# or sqlite3. The limit only catches those (and hangs): on a busy 2-core machine a 0.3 s timeout
+# plus scheduling delay must never come near it. Speed itself is measured by the benchmarks.
+TIMEOUT_S, HUNG_CALL_LIMIT_S = 0.3, 2.5
 
 
 def _ns() -> str:
@@ -95,6 +98,34 @@ def _timed(fn: Callable[[], Any]) -> Tuple[Any, float]:
     return out, time.monotonic() - t0
 
 
+_PING = {"redis": (b"PING\r\n", b"+PONG"), "memcached": (b"version\r\n", b"VERSION ")}
+
+
+def _answers(server: Server, wait_s: float) -> bool:
+    """Whether the server answers a raw ping within ``wait_s`` (the kernel accepts either way)."""
+    ping, want = _PING[server.kind]
+    with socket.create_connection(("127.0.0.1", server.port), timeout=wait_s) as sock:
+        sock.sendall(ping)
+        try:
+            return sock.recv(64).startswith(want)
+        except TimeoutError:
+            return False
+
+
+def test_pause_returns_once_every_thread_is_stopped(healthy: Server) -> None:
+    """The helper itself: SIGSTOP reaches memcached's threads one by one; pause() waits for all."""
+    assert healthy.proc is not None
+    running = thread_states(healthy.proc.pid)
+    assert running and "T" not in running and (healthy.kind == "redis" or len(running) > 1), running
+    for _ in range(5):
+        healthy.pause()
+        assert set(thread_states(healthy.proc.pid)) == {"T"}
+        assert not _answers(healthy, 0.2)  # at once: no thread is left to answer
+        healthy.resume()
+        assert "T" not in thread_states(healthy.proc.pid)
+        assert _answers(healthy, 5.0)
+
+
 def test_hung_server_calls_end_within_the_timeout(healthy: Server) -> None:
     cache = _open(healthy, timeout=TIMEOUT_S, failures=100)  # the breaker stays closed: every call waits
     assert cache.set("k", "v") and cache.get("k") == "v"
@@ -122,7 +153,8 @@ def test_hung_server_calls_end_within_the_timeout(healthy: Server) -> None:
     default.get("k")
     default.get("k")
     out, took = _timed(lambda: default.get_many(["k", "j"]))
-    assert out == {} and took < 0.2 and default.stats().bypassed == 1
+    assert out == {} and default.stats().bypassed == 1  # not sent: did not wait for the hung server
+    assert took < TIMEOUT_S, f"a bypassed call took {took:.2f}s"
     assert default.breaker_state == "open"
 
     healthy.resume()
@@ -144,7 +176,7 @@ def test_connection_refused_is_a_fast_miss(kind: str) -> None:
     assert cache.get_or_compute("k", lambda: "source") == "source"
     cache.clear()
     cache.delete("k")
-    assert time.monotonic() - t0 < 1.0
+    assert time.monotonic() - t0 < HUNG_CALL_LIMIT_S  # refused at once, never a wait for a timeout
     st = cache.stats()
     assert st.errors == 2 and st.bypassed >= 4 and st.breaker_opens == 1 and st.sets == 0
 
@@ -256,7 +288,7 @@ def test_sqlite_lock_contention_is_a_miss_not_a_corruption(tmp_path: Path) -> No
     try:
         t0 = time.monotonic()
         assert cache.set("k", "v2") is False
-        assert time.monotonic() - t0 < 2.0
+        assert time.monotonic() - t0 < HUNG_CALL_LIMIT_S  # lock_timeout=0.2, not sqlite3's 5 s default
         assert cache.get("k") == "v1"  # WAL: readers are not blocked by the writer
         assert cache.stats().errors == 1
     finally:
