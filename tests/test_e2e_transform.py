@@ -182,14 +182,14 @@ def test_sigkill_of_a_worker_recovers_with_max_restarts(project: Path, records: 
         [TORCHX, *args], cwd=project, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
     )
     units = project / "out/killed/_units"
-    deadline = time.time() + 120
+    deadline = time.monotonic() + 120
     victim = None
-    while time.time() < deadline and victim is None:
-        started = sorted(pids.iterdir())
-        if len(started) >= 2 and units.exists() and len(list(units.glob("*.json"))) >= 2:
-            victim = int(started[0].name)
+    while time.monotonic() < deadline and victim is None and proc.poll() is None:
+        alive = [int(p.name) for p in sorted(pids.iterdir()) if Path(f"/proc/{p.name}").exists()]
+        if len(alive) >= 2 and units.exists() and len(list(units.glob("*.json"))) >= 2:
+            victim = alive[0]  # a rank that is running now, not one that has already exited
         time.sleep(0.05)
-    assert victim is not None, "the job never got going"
+    assert victim is not None, f"the job never got going (torchx exit {proc.poll()})"
     os.kill(victim, signal.SIGKILL)
     out, _ = proc.communicate(timeout=300)
     assert proc.returncode == 0, out
