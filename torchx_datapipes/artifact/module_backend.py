@@ -116,7 +116,7 @@ def _file_sha256(path: str) -> str:
 def _pinned(module: types.ModuleType) -> bool:
     """Modules whose code is pinned: the user's own, and those of installed distributions."""
     return bool(getattr(module, "__file__", None)) and (
-        is_user_module(module) or distribution_of(module) is not None
+        is_user_module(module) or distribution_of(module, everywhere=True) is not None
     )
 
 
@@ -137,7 +137,7 @@ def code_pin(spec: str) -> dict[str, Any]:
         if helper is not None and helper is not module and getattr(helper, "__file__", None):
             sources[name] = _file_sha256(helper.__file__ or "")
     pin: dict[str, Any] = {"sources": sources}
-    dist = distribution_of(module)
+    dist = distribution_of(module, everywhere=True)
     if dist is not None:
         pin["distribution"] = {"name": dist.metadata["Name"], "version": dist.version}
     return pin
@@ -149,7 +149,7 @@ def verify_pin(spec: str, pin: Mapping[str, Any]) -> None:
     module = import_target(target)
     recorded = pin.get("distribution")
     if recorded is not None:
-        dist = distribution_of(module)
+        dist = distribution_of(module, everywhere=True)
         here = None if dist is None else {"name": dist.metadata["Name"], "version": dist.version}
         if here != recorded:
             found = "no installed distribution" if here is None else f"{here['name']} {here['version']}"

@@ -48,10 +48,20 @@ def _top_levels(dist: importlib.metadata.Distribution) -> set[str]:
 
 
 @functools.lru_cache(maxsize=8)
-def _distributions(path: tuple[str, ...]) -> dict[str, list[importlib.metadata.Distribution]]:
-    """Top-level import name -> distributions on ``path`` that provide it (cached per sys.path)."""
+def _distributions(
+    path: tuple[str, ...], everywhere: bool
+) -> dict[str, list[importlib.metadata.Distribution]]:
+    """Top-level import name -> distributions on ``path`` that provide it (cached per sys.path).
+
+    Unless ``everywhere``, distributions in site-packages are left out: their modules count
+    as installed by path already, and reading their file lists (torch has thousands) would
+    cost every process that packages a user module.
+    """
     out: dict[str, list[importlib.metadata.Distribution]] = {}
+    roots = _installed_roots()
     for dist in importlib.metadata.distributions(path=list(path)):
+        if not everywhere and (os.path.realpath(str(dist.locate_file(""))) + os.sep).startswith(roots):
+            continue
         for name in _top_levels(dist):
             out.setdefault(name, []).append(dist)
     return out
@@ -62,13 +72,18 @@ def _dist_files(dist: importlib.metadata.Distribution) -> frozenset[str]:
     return frozenset(os.path.realpath(str(dist.locate_file(f))) for f in dist.files or ())
 
 
-def distribution_of(module: types.ModuleType) -> Optional[importlib.metadata.Distribution]:
-    """The installed distribution whose file list holds ``module``'s file, or ``None``."""
+def distribution_of(
+    module: types.ModuleType, *, everywhere: bool = False
+) -> Optional[importlib.metadata.Distribution]:
+    """The installed distribution whose file list holds ``module``'s file, or ``None``.
+
+    Only distributions outside site-packages are searched unless ``everywhere``.
+    """
     path = getattr(module, "__file__", None)
     if not path:
         return None
     real = os.path.realpath(path)
-    for dist in _distributions(tuple(sys.path)).get(module.__name__.split(".")[0], ()):
+    for dist in _distributions(tuple(sys.path), everywhere).get(module.__name__.split(".")[0], ()):
         if real in _dist_files(dist):
             return dist
     return None
