@@ -99,6 +99,26 @@ def _describe(obj: Any) -> tuple[str, str]:
     return str(getattr(named, "__qualname__", "?")), str(getattr(named, "__module__", "?"))
 
 
+def _write_sidecar(url: str, fields: Mapping[str, Any], storage_options: Optional[Mapping[str, Any]]) -> None:
+    """Write ``{sha256}.json``: ``created`` (first packaged) and ``packaged`` (last, to the day).
+
+    ``gc`` ages an artifact by ``packaged``, so one that jobs still package is kept; the
+    sidecar is rewritten at most once a day per artifact.
+    """
+    now = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+    fs, path = _store.fs_of(url, storage_options)
+    old: dict[str, Any] = {}
+    if fs.exists(path):
+        try:
+            old = dict(json.loads(fs.cat_file(path)))
+        except (ValueError, TypeError):
+            old = {}  # unreadable: rewrite it
+        if str(old.get("packaged", old.get("created", "")))[:10] == now[:10]:
+            return
+    meta = {**fields, "created": old.get("created", now), "packaged": now}
+    _store.write_once(url, json.dumps(meta, indent=2, sort_keys=True).encode(), storage_options)
+
+
 def _warn_if_large(obj: Any, backend: str, url: str, nbytes: int, warn_mb: Optional[float]) -> None:
     limit = _size.limit_mb(warn_mb)
     if limit <= 0 or nbytes <= limit * 1e6:
@@ -154,13 +174,8 @@ def package(
     _store.write_once(url, data, storage_options)
     qualname, module = _describe(obj)
     ref = ArtifactRef(url=url, sha256=digest, backend=backend, **vers)
-    sidecar_url = f"{root}/{digest}.{_store.SIDECAR_EXT}"
-    fs, sidecar = _store.fs_of(sidecar_url, storage_options)
-    if not fs.exists(sidecar):
-        created = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
-        meta = {**asdict(ref), "format": FORMAT, "size": len(data), "created": created}
-        meta.update(qualname=qualname, module=module)
-        _store.write_once(sidecar_url, json.dumps(meta, indent=2, sort_keys=True).encode(), storage_options)
+    fields = {**asdict(ref), "format": FORMAT, "size": len(data), "qualname": qualname, "module": module}
+    _write_sidecar(f"{root}/{digest}.{_store.SIDECAR_EXT}", fields, storage_options)
     _warn_if_large(obj, backend, url, len(data), warn_mb)
     return ref
 

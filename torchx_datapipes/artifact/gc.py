@@ -1,8 +1,9 @@
 """Clean an artifact store: remove artifacts (and their sidecars) older than N days.
 
 Content addressing makes a store grow forever: every edit of a transform is a new file.
-:func:`collect` removes each ``{sha256}.{ext}`` whose age -- the ``created`` time in its
-``{sha256}.json`` sidecar, or else the file's modification time -- is over ``keep_days``,
+:func:`collect` removes each ``{sha256}.{ext}`` whose age -- the time it was last packaged,
+per its ``{sha256}.json`` sidecar (``packaged``, else ``created``), or else the file's
+modification time -- is over ``keep_days``,
 together with its sidecar, plus orphan sidecars and leftover ``*.tmp-*`` files of
 interrupted writes by the same rule. Nothing else in the store is touched. A job that is
 still running has already loaded its artifact; a relaunch of a job whose artifact was
@@ -63,11 +64,14 @@ def _mtime(info: Mapping[str, Any]) -> Optional[datetime.datetime]:
     return None
 
 
-def _sidecar_created(fs: Any, path: str) -> Optional[datetime.datetime]:
+def _sidecar_time(fs: Any, path: str) -> Optional[datetime.datetime]:
+    """When the artifact was last packaged (``packaged``, else ``created``), per its sidecar."""
     try:
-        return _as_utc(json.loads(fs.cat_file(path)).get("created"))
+        meta = json.loads(fs.cat_file(path))
+        times = [_as_utc(meta.get(key)) for key in ("created", "packaged")]
     except (OSError, ValueError, AttributeError):
         return None  # unreadable or not ours: fall back to the mtime
+    return max((t for t in times if t is not None), default=None)
 
 
 def _group(infos: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
@@ -101,9 +105,9 @@ def collect(
     cutoff, removed, kept = now(), [], 0
     for sha, files in sorted(_group(list(fs.ls(path, detail=True))).items()):
         sidecar = next((f for f in files if _store.basename(f["name"]) == f"{sha}.json"), None)
-        created = _sidecar_created(fs, sidecar["name"]) if sidecar is not None else None
+        packaged = _sidecar_time(fs, sidecar["name"]) if sidecar is not None else None
         for info in files:
-            when, source = (created, "sidecar") if created is not None else (_mtime(info), "mtime")
+            when, source = (packaged, "sidecar") if packaged is not None else (_mtime(info), "mtime")
             age = (cutoff - when).total_seconds() / 86400 if when is not None else None
             if age is None or age <= keep_days:
                 kept += 1
