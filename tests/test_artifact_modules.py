@@ -198,3 +198,14 @@ def test_relaunch_after_editing_the_module_redoes_the_units(
     assert len(recs) == manifest["records_out"] == 120
     assert {(r["tag"], r["y"]) for r in recs} == {("new", 2)}
     assert manifest["artifact"]["sha256"] == new.sha256 and os.path.exists(out / "_SUCCESS")
+
+
+def test_a_changed_target_is_refused_before_its_code_runs(workspace: Path, tmp_path: Path) -> None:
+    ref = artifact.package("txdp_pin_mod:fn", str(tmp_path / "store"), "module")
+    _forget("txdp_pin_mod", "txdp_pin_helper")
+    marker = tmp_path / "ran"
+    source = f"open({str(marker)!r}, 'w').close()\ndef fn(r):\n    return r\n"
+    (workspace / "txdp_pin_mod.py").write_text(source)
+    with pytest.raises(ArtifactError, match=f"{CHANGED}: .*txdp_pin_mod.py"):
+        artifact.load(ref.url)
+    assert not marker.exists() and "txdp_pin_mod" not in sys.modules

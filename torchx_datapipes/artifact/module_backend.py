@@ -143,6 +143,35 @@ def code_pin(spec: str) -> dict[str, Any]:
     return pin
 
 
+def _changed(path: str, what: str, spec: str, actual: str, expected: str) -> ArtifactError:
+    return ArtifactError(
+        f"the module changed since the job was packaged: {path} ({what}, used by spec {spec!r}) has"
+        f" sha256 {actual}, the artifact recorded {expected}. {_FIX}"
+    )
+
+
+def _target_file(target: str) -> Optional[str]:
+    """The file importing ``target`` would execute, found without executing it."""
+    if is_file_target(target):
+        return target if os.path.isfile(target) else None
+    try:
+        found = importlib.util.find_spec(target)
+    except (ImportError, ValueError):
+        return None  # resolve_spec reports it
+    return found.origin if found is not None and found.has_location else None
+
+
+def verify_target_before_import(spec: str, pin: Mapping[str, Any]) -> None:
+    """Refuse a changed target module before its top level runs (helpers: :func:`verify_pin`)."""
+    target, _ = parse_spec(spec)
+    expected = dict(pin.get("sources", {})).get(target)
+    path = _target_file(target) if expected is not None else None
+    if expected is not None and path is not None:
+        actual = _file_sha256(path)
+        if actual != expected:
+            raise _changed(path, f"module {target!r}", spec, actual, expected)
+
+
 def verify_pin(spec: str, pin: Mapping[str, Any]) -> None:
     """Raise :class:`ArtifactError` when the code here differs from what ``pin`` recorded."""
     target, _ = parse_spec(spec)
@@ -164,11 +193,7 @@ def verify_pin(spec: str, pin: Mapping[str, Any]) -> None:
             continue  # a helper this import did not load: nothing of it runs yet
         actual = _file_sha256(current.__file__ or "")
         if actual != expected:
-            raise ArtifactError(
-                f"the module changed since the job was packaged: {current.__file__} (module"
-                f" {current.__name__!r}, used by spec {spec!r}) has sha256 {actual}, the artifact"
-                f" recorded {expected}. {_FIX}"
-            )
+            raise _changed(current.__file__ or "", f"module {current.__name__!r}", spec, actual, expected)
 
 
 class ModuleBackend:
@@ -199,6 +224,7 @@ class ModuleBackend:
 
     def loads(self, payload: bytes) -> Any:
         fields = json.loads(payload)
+        verify_target_before_import(fields["spec"], fields)
         fn = resolve_spec(fields["spec"])
         verify_pin(fields["spec"], fields)
         return fn
