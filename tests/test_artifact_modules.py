@@ -209,3 +209,42 @@ def test_a_changed_target_is_refused_before_its_code_runs(workspace: Path, tmp_p
     with pytest.raises(ArtifactError, match=f"{CHANGED}: .*txdp_pin_mod.py"):
         artifact.load(ref.url)
     assert not marker.exists() and "txdp_pin_mod" not in sys.modules
+
+
+def test_an_installed_namespace_package_is_not_taken_by_value(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``import google.protobuf`` then ``google.protobuf.X``: the global is the namespace ``google``."""
+    target = tmp_path / "target"
+    (target / "txdp_ns" / "inner").mkdir(parents=True)  # no __init__.py: a namespace package
+    (target / "txdp_ns" / "inner" / "__init__.py").write_text("def triple(x):\n    return 3 * x\n")
+    info = target / "txdp_ns_inner-1.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: txdp-ns-inner\nVersion: 1.0\n")
+    (info / "RECORD").write_text(
+        f"txdp_ns/inner/__init__.py,,\n{info.name}/METADATA,,\n{info.name}/RECORD,,\n"
+    )
+    user = tmp_path / "user"
+    user.mkdir()
+    (user / "txdp_ns_user.py").write_text(
+        "import txdp_ns.inner\n\ndef f(x):\n    return txdp_ns.inner.triple(x)\n"
+    )
+    monkeypatch.syspath_prepend(str(target))
+    monkeypatch.syspath_prepend(str(user))
+    try:
+        import txdp_ns  # type: ignore[import-not-found]
+        import txdp_ns_user  # type: ignore[import-not-found]
+
+        assert getattr(txdp_ns, "__file__", None) is None and not is_user_module(txdp_ns)
+        assert user_modules(txdp_ns_user.f) == ["txdp_ns_user"]
+        ref = artifact.package(txdp_ns_user.f, str(tmp_path / "store"))
+        assert (
+            b"triple" in Path(ref.url).read_bytes() and b"inner/__init__.py" not in Path(ref.url).read_bytes()
+        )
+        (user / "txdp_user_ns_own").mkdir()  # the user's own namespace package stays by value
+        (user / "txdp_user_ns_own" / "m.py").write_text("X = 1\n")
+        import txdp_user_ns_own  # type: ignore[import-not-found]
+
+        assert is_user_module(txdp_user_ns_own)
+    finally:
+        _forget("txdp_ns", "txdp_ns_user", "txdp_user_ns_own")

@@ -101,10 +101,27 @@ def is_user_module(module: types.ModuleType) -> bool:
         return False
     path = getattr(module, "__file__", None)
     if not path:
-        return True  # created at runtime (types.ModuleType, exec): nowhere to import it from
+        return _is_user_namespace(module)
     if os.path.realpath(path).startswith(_installed_roots()):
         return False
     return distribution_of(module) is None
+
+
+def _is_user_namespace(module: types.ModuleType) -> bool:
+    """A module without a file: a namespace package (``google``), or made at runtime.
+
+    A namespace package whose every location is installed (in site-packages, or provided by
+    an installed distribution) is installed: pickling it by value would take every installed
+    subpackage (``google.protobuf``) by value with it.
+    """
+    locations = [os.path.realpath(p) + os.sep for p in getattr(module, "__path__", None) or ()]
+    if not locations:
+        return True  # created at runtime (types.ModuleType, exec): nowhere to import it from
+    provided = _distributions(tuple(sys.path), False).get(module.__name__.split(".")[0], [])
+    provided_at = {os.path.realpath(str(d.locate_file(""))) + os.sep for d in provided}
+    return not all(
+        loc.startswith(_installed_roots()) or loc.startswith(tuple(provided_at)) for loc in locations
+    )
 
 
 def is_extension(module: types.ModuleType) -> bool:
