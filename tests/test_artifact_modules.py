@@ -248,3 +248,25 @@ def test_an_installed_namespace_package_is_not_taken_by_value(
         assert is_user_module(txdp_user_ns_own)
     finally:
         _forget("txdp_ns", "txdp_ns_user", "txdp_user_ns_own")
+
+
+@pytest.mark.e2e
+def test_torchx_run_backend_module_relaunch_after_an_edit(tmp_path: Path) -> None:
+    """As a user: ``torchx run ... --backend module``, the job dies before ``_SUCCESS``, edit, rerun."""
+    from tdp_testutil import run_torchx
+
+    make_dataset(tmp_path / "data", [30, 30])
+    mod = tmp_path / "my_mod.py"
+    mod.write_text("def fn(r):\n    return {**r, 'v': 1}\n")
+    args = [
+        "run", "-s", "local_cwd", "torchx_datapipes.components:transform", "--fn", "my_mod.py:fn",
+        "--backend", "module", "--input", "data/*.jsonl", "--output", "out", "-j", "1x1",
+        "--artifact_store", str(tmp_path / "store"),
+    ]  # fmt: skip
+    res = run_torchx(args, tmp_path)
+    assert res.returncode == 0, res.stdout + res.stderr
+    (tmp_path / "out" / "_SUCCESS").unlink()
+    mod.write_text("def fn(r):\n    return {**r, 'v': 'edited'}\n")
+    res = run_torchx(args, tmp_path)
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert {r["v"] for r in read_output(tmp_path / "out")} == {"edited"}
