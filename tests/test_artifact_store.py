@@ -149,6 +149,14 @@ def test_python_m_artifact_gc_and_show(tmp_path: Path) -> None:
     assert bad.returncode == 2 and "--keep-days" in bad.stderr
 
 
+def test_cli_errors_are_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert artifact_main(["gc", "--store", str(tmp_path / "nowhere"), "--keep-days", "1"]) == 1
+    assert capsys.readouterr().err.startswith(f"error: artifact store {tmp_path / 'nowhere'} does not exist")
+    missing = str(tmp_path / ("ab" * 32 + ".pkl"))
+    assert artifact_main(["show", missing]) == 1
+    assert f"artifact not found: {missing}" in capsys.readouterr().err
+
+
 def test_an_artifact_packaged_again_is_kept(tmp_path: Path) -> None:
     """A job launched today on an old artifact re-packages it: gc must not pull it away."""
     fn = _make_big(10)

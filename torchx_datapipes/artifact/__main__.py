@@ -12,11 +12,12 @@ from typing import Optional, Sequence
 
 from torchx_datapipes.artifact import gc
 from torchx_datapipes.artifact import store as _store
+from torchx_datapipes.errors import ArtifactError
 
 
 def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
-        prog="python -m torchx_datapipes.artifact", description=__doc__.split("\n")[0]
+        prog="python -m torchx_datapipes.artifact", description="Inspect and clean artifact stores."
     )
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("gc", help="remove artifacts (and sidecars) older than --keep-days")
@@ -42,11 +43,15 @@ def _show(url: str) -> str:
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     args = parse_args(argv)
-    if args.command == "gc":
-        report = gc.collect(args.store, args.keep_days, dry_run=args.dry_run)
-        print(gc.format_report(report, args.keep_days))
-    else:
-        print(_show(args.url))
+    try:
+        if args.command == "gc":
+            report = gc.collect(args.store, args.keep_days, dry_run=args.dry_run)
+            print(gc.format_report(report, args.keep_days))
+        else:
+            print(_show(args.url))
+    except (ArtifactError, OSError, ValueError) as e:  # a person's mistake: one line, no traceback
+        print(f"error: {e}", file=sys.stderr)
+        return 1
     return 0
 
 
