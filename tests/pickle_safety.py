@@ -80,7 +80,8 @@ def run_fresh(
 
 _CHILD = r"""
 import importlib, pickle, re, sys
-from torchx_datapipes import artifact, _tpackage
+from torchx_datapipes import artifact
+from torchx_datapipes.artifact import tpackage_backend as _tpackage
 backend, obj_path, check_path, out_path = {args!r}
 
 def lookup(module, qualname):

@@ -1,6 +1,6 @@
 """The torch.package backend: a zip holding the user's module *sources* plus a pickle.
 
-User modules (see :func:`torchx_datapipes._modref.is_user_module`) are interned, so the
+User modules (see :func:`torchx_datapipes.artifact.modules.is_user_module`) are interned, so the
 artifact is hermetic for user code; stdlib, installed packages and ``torchx_datapipes``
 are externed and must be installed where the job runs.
 
@@ -18,7 +18,8 @@ import sys
 import types
 from typing import Any, Iterator, Mapping
 
-from torchx_datapipes import _modref, _serialcheck
+from torchx_datapipes.artifact import serialcheck
+from torchx_datapipes.artifact.modules import is_user_module
 from torchx_datapipes.errors import NotSerializableError
 
 PACKAGE, RESOURCE = "artifact", "obj.pkl"
@@ -80,7 +81,7 @@ def _problem(obj: Any) -> str | None:
         return "defined in __main__ (a script run directly, or a notebook cell)"
     if module is None:
         return f"defined in module {module_name!r}, which is not imported" if module_name else None
-    if not getattr(module, "__file__", None) and _modref.is_user_module(module):
+    if not getattr(module, "__file__", None) and is_user_module(module):
         return "defined in a module with no source file"
     return None
 
@@ -103,7 +104,7 @@ def _intern_patterns() -> list[str]:
     names = []
     for name, module in list(sys.modules.items()):
         if isinstance(module, types.ModuleType) and name != "__main__" and getattr(module, "__file__", None):
-            if _modref.is_user_module(module) and name.isascii():
+            if is_user_module(module) and name.isascii():
                 names.append(name)
     return sorted(names)
 
@@ -143,10 +144,10 @@ class TorchPackageBackend:
     """The ``torch.package`` entry of ``artifact.BACKENDS``."""
 
     def check(self, obj: Any) -> None:
-        reason = unsupported(obj, _serialcheck.root_name(obj))
+        reason = unsupported(obj, serialcheck.root_name(obj))
         if reason is not None:
             raise NotSerializableError(reason)
-        _serialcheck.check(obj, pickle_dumps, "torch.package")
+        serialcheck.check(obj, pickle_dumps, "torch.package")
 
     def checked_dumps(self, obj: Any) -> bytes:
         self.check(obj)

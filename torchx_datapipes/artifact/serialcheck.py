@@ -13,7 +13,7 @@ import functools
 import types
 from typing import Any, Callable, Iterator
 
-from torchx_datapipes._modref import _code_names
+from torchx_datapipes.artifact.modules import code_names
 from torchx_datapipes.errors import NotSerializableError
 
 _MAX_DEPTH = 12
@@ -38,7 +38,7 @@ def _function_parts(fn: types.FunctionType, path: str) -> Iterator[tuple[str, An
         except ValueError:  # empty cell: the variable was never assigned
             continue
     globs = fn.__globals__
-    for name in dict.fromkeys(_code_names(fn.__code__)):
+    for name in dict.fromkeys(code_names(fn.__code__)):
         if name in globs:
             yield f"{path}.__globals__[{name!r}]", globs[name]
     for i, value in enumerate(fn.__defaults__ or ()):
