@@ -49,9 +49,9 @@ def build_app(op: str, arguments: Mapping[str, Any]) -> specs.AppDef:
         values = spec.check(arguments)
         validate_io(values["input"], values["output"], values["overwrite"])
         validate_cache(values.get("cache"))
-        fn_arg = fn_args(values["fn"], values["artifact_store"], values["backend"])
         if values.get("cache"):  # the secret goes to a 0600 file (or stays in the job's env), never on argv
             values["cache"] = public_url(values["cache"], values["artifact_store"] or default_store())
+        fn_arg = fn_args(values["fn"], values["artifact_store"], values["backend"])
     args = [*spec.runner_args(values), *fn_arg]
     v = values
     return runner_app(
