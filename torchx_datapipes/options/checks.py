@@ -15,6 +15,11 @@ BACKENDS = ("cloudpickle", "torch.package", "module")
 SPLIT_METHODS = ("hash", "exact")
 
 
+def non_empty(value: Any) -> None:
+    if not value.strip():
+        raise ValueError("must not be empty")
+
+
 def at_least(low: int) -> Callable[[Any], None]:
     def check(value: Any) -> None:
         if value < low:

@@ -20,8 +20,8 @@ _INPUT_HELP = (
 
 def _io(input_help: str, output_help: str) -> Tuple[Option, ...]:
     return (
-        Option("input", "str", REQUIRED, input_help),
-        Option("output", "str", REQUIRED, output_help),
+        Option("input", "str", REQUIRED, input_help, check=c.non_empty),
+        Option("output", "str", REQUIRED, output_help, check=c.non_empty),
     )
 
 
@@ -163,6 +163,7 @@ TRANSFORM = OpSpec(
             " (return None)"
             " or flat-map (return a list); decorate with ``torchx_datapipes.batched`` or"
             " ``torchx_datapipes.pipeline`` for batch or DataPipe/torchdata.nodes functions.",
+            check=c.non_empty,
             runner=False,
         ),
         *_io(_INPUT_HELP + ". .gz and .zst are decompressed.", "output directory (local or fsspec URL)"),
