@@ -137,7 +137,7 @@ def test_password_reaches_redis_from_a_credentials_file(project: Path, locked_re
 
 
 def test_password_reaches_redis_from_password_env(
-    project: Path, locked_redis: Server, monkeypatch: pytest.MonkeyPatch
+    project: Path, locked_redis: Server, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     cache = f"redis://{locked_redis.address}/0?namespace=env&password_env=TDP_TEST_REDIS_PW"
     app = components.transform(fn="t.py:f", input="data/*.jsonl", output="out", cache=cache)
@@ -145,7 +145,10 @@ def test_password_reaches_redis_from_password_env(
     monkeypatch.setenv("TDP_TEST_REDIS_PW", PW)
     assert _run(project, "o1", cache)["cache"]["misses"] == 7
     assert _run(project, "o2", cache)["cache"]["hits"] == 7
-    monkeypatch.setenv("TDP_TEST_REDIS_PW", "wrong")  # a wrong password: the cache errors, the job computes
-    m = _run(project, "o3", cache)
+    wrong = "Wr0ng-pw_5514"
+    monkeypatch.setenv("TDP_TEST_REDIS_PW", wrong)  # a wrong password: the cache errors, the job computes
+    with caplog.at_level("WARNING", logger="torchx_datapipes.cache"):
+        m = _run(project, "o3", cache)
     assert m["cache"]["hits"] == 0 and m["cache"]["errors"] > 0 and len(read_output(project / "o3")) == 7
-    assert "wrong" not in (project / "o3/_SUCCESS").read_text()
+    assert wrong not in (project / "o3/_SUCCESS").read_text()
+    assert "failed, treated as a miss" in caplog.text and wrong not in caplog.text, caplog.text
