@@ -127,7 +127,9 @@ class Option:
             try:
                 self.check(parsed)
             except ValueError as e:
-                raise OptionError(f"{where}--{self.name} {e}; got {value!r}") from e
+                quoted = isinstance(value, str) and repr(value) in str(e)  # parsers quote the text already
+                given = "" if quoted else f"; got {value!r}"
+                raise OptionError(f"{where}--{self.name} {e}{given}") from e
         return parsed
 
     def to_cli(self, value: Any) -> List[str]:
