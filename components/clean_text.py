@@ -21,7 +21,7 @@ def clean_text(
     j: str = "1x2",
     num_workers: int = 1,
     max_error_rate: float = 0.01,
-    overwrite: bool = False,
+    overwrite: str = "False",
     artifact_store: Optional[str] = None,
 ) -> specs.AppDef:
     """Normalise and tokenize a JSONL text corpus; bad records go to OUTPUT/_errors/.
@@ -33,7 +33,8 @@ def clean_text(
         j: {nnodes}x{nproc_per_node}
         num_workers: worker processes per rank
         max_error_rate: fail when more than this fraction of records is bad
-        overwrite: replace a complete output
+        overwrite: replace a complete output: true/false (also 1/0, yes/no; a str, since TorchX would
+            read a bool "yes" as False)
         artifact_store: where to upload the function (s3://... for clusters)
     """
     return datapipes.transform(

@@ -136,7 +136,8 @@ def test_bad_fractions_refused_before_launch(project: Path) -> None:
     res = run_torchx(split_args("out/bad", "1x1", 29628, fr="train=0.8,val=0.3"), project)
     assert res.returncode != 0
     last = res.stderr.strip().splitlines()[-1].strip()
-    assert last.startswith("ValueError: invalid fractions 'train=0.8,val=0.3' (parsed as"), last
+    want = "split --fractions is not valid: invalid fractions 'train=0.8,val=0.3' (parsed as"
+    assert last.startswith(want), last
     assert "sum to 1.1" in last and not (project / "out/bad").exists()
 
 

@@ -9,7 +9,7 @@ result.manifest["records_out"]
 
 import os
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, List, Optional, Tuple, Union
+from typing import Any, Callable, Dict, List, Optional, Union
 
 from torchx import specs
 
@@ -19,6 +19,7 @@ from torchx_datapipes.errors import DatapipesError
 from torchx_datapipes.io.fs import join, read_bytes
 from torchx_datapipes.io.manifest import read_manifest
 from torchx_datapipes.kinds import FnKind, kind_of
+from torchx_datapipes.options.defaults import config_dirs, with_defaults
 
 Fn = Union[Callable[..., Any], str]
 
@@ -59,21 +60,31 @@ def _fn_arg(fn: Fn, artifact_store: Optional[str], backend: str) -> str:
     return ref.url
 
 
+def _given(**kwargs: Any) -> Dict[str, Any]:
+    """The arguments the caller passed (``None`` means "not passed" for the API's own defaults)."""
+    return {k: v for k, v in kwargs.items() if v is not None}
+
+
 def transform(
     fn: Fn,
     input: Union[str, List[str]],
     output: str,
-    j: str = "1x2",
+    j: Optional[str] = None,
     artifact_store: Optional[str] = None,
-    backend: str = "cloudpickle",
+    backend: Optional[str] = None,
     **kwargs: Any,
 ) -> specs.AppDef:
     """Build the transform AppDef; ``fn`` may be a live callable (lambda, closure, ...).
 
     ``cache="redis://host:6379/0"`` (or memcached://, sqlite:///path, memory://) memoizes a
     per-record ``fn`` keyed by (function sha256, record); see ``components.transform``.
+    Arguments not passed come from ``[component:datapipes.transform]`` in ``.torchxconfig``
+    (as with ``torchx run``), then from the component's defaults.
     """
-    cache = kwargs.get("cache")
+    given = _given(j=j, artifact_store=artifact_store, backend=backend)
+    args = with_defaults("transform", {"input": _inputs(input), "output": output, **given, **kwargs})
+    args.pop("fn", None)
+    cache = args.get("cache")
     if cache is not None and not isinstance(cache, str):
         raise TypeError(
             f"cache= takes a cache URL string (e.g. 'redis://host:6379/0?namespace=x'), got"
@@ -84,16 +95,8 @@ def transform(
             f"cache= memoizes per-record functions, but {getattr(fn, '__qualname__', fn)!r} is a"
             f" {kind_of(fn).value} function; drop cache= or cache inside the function"
         )
-    fn_arg = _fn_arg(fn, artifact_store, backend)
-    return components.transform(
-        fn=fn_arg,
-        input=_inputs(input),
-        output=output,
-        j=j,
-        artifact_store=artifact_store,
-        backend=backend,
-        **kwargs,
-    )
+    fn_arg = _fn_arg(fn, args.get("artifact_store"), args.get("backend") or "cloudpickle")
+    return components.transform(fn=fn_arg, **args)
 
 
 def run(
@@ -114,7 +117,7 @@ def run(
     cfg = dict(cfg or {})
     if log_dir:
         cfg["log_dir"] = log_dir
-    apply(scheduler, cfg)
+    apply(scheduler, cfg, dirs=config_dirs())  # torchx's default dirs are fixed at its import
     if scheduler.startswith("local"):
         cfg.setdefault("log_dir", os.path.abspath(os.path.join(".torchx", "logs")))
     output = app.metadata.get(META_OUTPUT)
@@ -187,44 +190,50 @@ def _inputs(input: Union[str, List[str]]) -> str:
     return str(_csv(input))
 
 
-def _optional_fn(
-    fn: Optional[Fn], artifact_store: Optional[str], backend: str, kwargs: Dict[str, Any]
-) -> Tuple[Optional[str], Dict[str, Any]]:
-    """The ``--fn`` argument of split/stats (packaged if live) and kwargs in their CLI form."""
-    fn_arg = _fn_arg(fn, artifact_store, backend) if fn is not None else None
-    return fn_arg, {k: _csv(v) for k, v in kwargs.items()}  # key=["a", "b"], fields=[...] work too
+def _optional_fn(op: str, fn: Optional[Fn], given: Dict[str, Any]) -> Dict[str, Any]:
+    """The component arguments of split/stats: ``.torchxconfig`` defaults, then the caller's
+    arguments in their CLI form (``key=["a", "b"]``, ``fields=[...]`` work too), and ``fn``
+    packaged if it is live."""
+    args = with_defaults(op, {k: _csv(v) for k, v in given.items()})
+    if fn is not None:
+        args["fn"] = _fn_arg(fn, args.get("artifact_store"), args.get("backend") or "cloudpickle")
+    return args
 
 
 def split(
     input: Union[str, List[str]],
     output: str,
-    fractions: Union[str, Dict[str, float]] = "train=0.8,val=0.1,test=0.1",
+    fractions: Union[str, Dict[str, float], None] = None,
     fn: Optional[Fn] = None,
-    j: str = "1x2",
+    j: Optional[str] = None,
     artifact_store: Optional[str] = None,
-    backend: str = "cloudpickle",
+    backend: Optional[str] = None,
     **kwargs: Any,
 ) -> specs.AppDef:
-    """Build the split AppDef; ``fn`` (optional) may be a live callable applied before splitting."""
-    fn_arg, kwargs = _optional_fn(fn, artifact_store, backend, kwargs)
-    return components.split(
-        input=_inputs(input), output=output, fractions=_csv(fractions), fn=fn_arg, j=j,
-        artifact_store=artifact_store, backend=backend, **kwargs,
-    )  # fmt: skip
+    """Build the split AppDef; ``fn`` (optional) may be a live callable applied before splitting.
+
+    Arguments not passed come from ``[component:datapipes.split]`` in ``.torchxconfig``, then
+    from the component's defaults (``fractions`` train=0.8,val=0.1,test=0.1).
+    """
+    given = _given(fractions=fractions, j=j, artifact_store=artifact_store, backend=backend)
+    args = _optional_fn("split", fn, {"input": input, "output": output, **given, **kwargs})
+    return components.split(**args)
 
 
 def stats(
     input: Union[str, List[str]],
     output: str,
     fn: Optional[Fn] = None,
-    j: str = "1x2",
+    j: Optional[str] = None,
     artifact_store: Optional[str] = None,
-    backend: str = "cloudpickle",
+    backend: Optional[str] = None,
     **kwargs: Any,
 ) -> specs.AppDef:
-    """Build the stats AppDef; ``api.run(app).result`` is the parsed stats.json."""
-    fn_arg, kwargs = _optional_fn(fn, artifact_store, backend, kwargs)
-    return components.stats(
-        input=_inputs(input), output=output, fn=fn_arg, j=j, artifact_store=artifact_store,
-        backend=backend, **kwargs,
-    )  # fmt: skip
+    """Build the stats AppDef; ``api.run(app).result`` is the parsed stats.json.
+
+    Arguments not passed come from ``[component:datapipes.stats]`` in ``.torchxconfig``, then
+    from the component's defaults.
+    """
+    given = _given(j=j, artifact_store=artifact_store, backend=backend)
+    args = _optional_fn("stats", fn, {"input": input, "output": output, **given, **kwargs})
+    return components.stats(**args)

@@ -8,7 +8,7 @@ import contextlib
 import os
 import shlex
 import sys
-from typing import Dict, Iterator, List, Optional
+from typing import Any, Dict, Iterator, List, Mapping, Optional
 
 from torchx import specs
 from torchx.components.dist import ddp
@@ -18,6 +18,8 @@ from torchx_datapipes import artifact
 from torchx_datapipes.errors import DatapipesError
 from torchx_datapipes.io.fs import check_disjoint, expand_inputs, split_patterns
 from torchx_datapipes.io.manifest import has_success, success_url
+from torchx_datapipes.options import SPECS, OptionError
+from torchx_datapipes.secrets import mask_url, public_url
 
 RUNNER_MODULE = "torchx_datapipes.runner"
 META_OUTPUT = "torchx_datapipes/output"
@@ -36,7 +38,27 @@ def client_checks() -> Iterator[None]:
     except InvalidArgumentError:
         raise
     except (ValueError, TypeError, OSError, ImportError, AttributeError, DatapipesError) as e:
-        raise InvalidArgumentError(f"{type(e).__name__}: {e}") from e
+        name = "" if isinstance(e, OptionError) else f"{type(e).__name__}: "
+        raise InvalidArgumentError(mask_url(f"{name}{e}")) from e
+
+
+def build_app(op: str, arguments: Mapping[str, Any]) -> specs.AppDef:
+    """The AppDef of ``op`` from the component's arguments, every one checked here, before launch."""
+    spec = SPECS[op]
+    with client_checks():
+        values = spec.check(arguments)
+        validate_io(values["input"], values["output"], values["overwrite"])
+        validate_cache(values.get("cache"))
+        if values.get("cache"):  # the secret goes to a 0600 file (or stays in the job's env), never on argv
+            values["cache"] = public_url(values["cache"], values["artifact_store"] or default_store())
+        fn_arg = fn_args(values["fn"], values["artifact_store"], values["backend"])
+    args = [*spec.runner_args(values), *fn_arg]
+    v = values
+    return runner_app(
+        op, args, v["output"], v["name"], v["image"], v["h"], v["cpu"], v["gpu"], v["memMB"], v["j"],
+        v["env"],
+        v["mounts"], v["rdzv_port"], v["max_restarts"], v["max_retries"],
+    )  # fmt: skip
 
 
 def default_store() -> str:
@@ -139,10 +161,6 @@ def runner_app(
     return app
 
 
-def bool_flag(name: str, value: bool) -> List[str]:
-    return [f"--{name}", "True"] if value else []
-
-
 def fn_args(fn: Optional[str], store: Optional[str], backend: str) -> List[str]:
     """Runner arguments for an optional ``--fn``."""
     if not fn:
@@ -151,20 +169,11 @@ def fn_args(fn: Optional[str], store: Optional[str], backend: str) -> List[str]:
     return ["--artifact", ref.url, "--sha256", ref.sha256]
 
 
-def validate_split(fractions: str, method: str) -> None:
-    """Refuse bad fractions or methods on the client, with the parsed value shown."""
-    from torchx_datapipes.split import parse_fractions
-
-    parse_fractions(fractions)
-    if method not in ("hash", "exact"):
-        raise ValueError(f"--method must be hash or exact, got {method!r}")
-
-
-def validate_cache(url: Optional[str]) -> List[str]:
-    """Check a ``--cache`` URL on the client (syntax, scheme, options); return the runner args."""
+def validate_cache(url: Optional[str]) -> None:
+    """Check a ``--cache`` URL on the client (syntax, scheme, options) without opening it."""
     if not url:
-        return []
+        return
     from torchx_datapipes.cache.registry import CacheURL, cache_class
+    from torchx_datapipes.secrets import SECRET_OPTIONS, split_credentials, strip_options
 
-    cache_class(CacheURL.parse(url).scheme)
-    return ["--cache", url]
+    cache_class(CacheURL.parse(strip_options(split_credentials(url)[0], SECRET_OPTIONS)).scheme)

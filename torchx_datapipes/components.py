@@ -7,6 +7,12 @@ on local_cwd, Kubernetes, Slurm and every other TorchX scheduler.
 
 TorchX executes this file's source, so it uses absolute imports only and must not use
 ``from __future__ import annotations``.
+
+Every argument is checked on the client before anything launches, against the option spec in
+``torchx_datapipes.options`` (one declarative spec per op; ``tests/test_options.py`` keeps these
+signatures and docstrings in sync with it). Bool options are typed ``str`` on purpose: TorchX
+would turn ``--overwrite yes`` into ``False`` itself (``torchx.util.types.decode`` compares with
+"true"), so the spec parses true/false/1/0/yes/no and refuses anything else.
 """
 
 from typing import Dict, List, Optional
@@ -26,9 +32,9 @@ def transform(
     num_workers: int = 1,
     batch_size: int = 1024,
     on_error: str = "raise",
-    max_error_rate: float = 1.0,
+    max_error_rate: float = 0.1,
     max_restarts: int = 0,
-    overwrite: bool = False,
+    overwrite: str = "False",
     artifact_store: Optional[str] = None,
     backend: str = "cloudpickle",
     unit_mb: float = 64.0,
@@ -54,30 +60,32 @@ def transform(
 
     Args:
         fn: the function: ``my_file.py:clean``, ``my_pkg.module:clean`` or an artifact URL from
-            ``torchx_datapipes.artifact.package``. Plain functions map (return a record), filter
-            (return None) or flat-map (return a list); decorate with ``torchx_datapipes.batched``
-            or ``torchx_datapipes.pipeline`` for batch or DataPipe/torchdata.nodes functions.
-        input: input files: a path, a glob such as 'data/*.jsonl', a directory, or several separated
-            by commas; local, s3:// or any fsspec URL. .gz and .zst are decompressed.
+            ``torchx_datapipes.artifact.package``. Plain functions map (return a record), filter (return
+            None) or flat-map (return a list); decorate with ``torchx_datapipes.batched`` or
+            ``torchx_datapipes.pipeline`` for batch or DataPipe/torchdata.nodes functions.
+        input: input files: a path, a glob such as 'data/*.jsonl', a directory, or several separated by
+            commas; local, s3:// or any fsspec URL. .gz and .zst are decompressed.
         output: output directory (local or fsspec URL)
         format: input format: auto (by extension), jsonl, csv, text or parquet
         output_format: jsonl or parquet
         num_workers: worker processes per rank
         batch_size: records per batch (the batch size of batched functions)
-        on_error: raise (stop at the first bad record with file, line and traceback) or skip (write
-            bad records to OUTPUT/_errors/ and go on)
-        max_error_rate: with on_error=skip, fail the job when bad records / input records exceeds this
+        on_error: raise (stop at the first bad record with file, line and traceback) or skip (write bad
+            records to OUTPUT/_errors/ and go on)
+        max_error_rate: with on_error=skip, fail the job when bad records / input records exceeds this (in
+            [0, 1], default 0.1)
         max_restarts: torchrun restarts of failed ranks; restarted ranks skip committed units
-        overwrite: replace an output that already has _SUCCESS
-        artifact_store: where the client uploads the function artifact (default ./.tdp/artifacts for
-            local runs; use s3://... for clusters)
-        backend: how the function is shipped: cloudpickle, torch.package or module (import it by name
-            where the job runs; the code must be in the image/workspace)
-        unit_mb: target size in MB of a unit of work (large text files are split at line boundaries)
-        cache: memoize the function per record in a shared cache, keyed by (function sha256, record),
-            so a rerun on the same data computes nothing: redis://host:6379/0, memcached://host:11211,
-            sqlite:///dev/shm/tdp.db (one machine) or memory:// (per process); options as a query,
-            e.g. ?namespace=clean&ttl=86400. The manifest reports hits and misses
+        overwrite: replace an output that already has _SUCCESS: true/false (also 1/0, yes/no)
+        artifact_store: where the client uploads the function artifact (default ./.tdp/artifacts for local
+            runs; use s3://... for clusters)
+        backend: how the function is shipped: cloudpickle, torch.package or module (import it by name where
+            the job runs; the code must be in the image/workspace)
+        unit_mb: target size in MB of a unit of work
+        cache: memoize the function per record in a shared cache, keyed by (function sha256, record), so a
+            rerun on the same data computes nothing: redis://host:6379/0, memcached://host:11211,
+            sqlite:///dev/shm/tdp.db (one machine) or memory:// (per process); options as a query, e.g.
+            ?namespace=clean&ttl=86400. Passwords never go on the command line: use ?password_env=NAME (see
+            docs/cache.md). The manifest reports hits and misses
         name: job name, {experimentname}/{runname}
         image: image (e.g. docker) for non-local schedulers
         h: a registered named resource (takes precedence over cpu, gpu, memMB)
@@ -90,21 +98,7 @@ def transform(
         rdzv_port: rendezvous port on rank 0's host for multi-node jobs
         max_retries: scheduler-level retries of the whole job (not honoured by local_cwd)
     """
-    with _appdef.client_checks():
-        _appdef.validate_io(input, output, overwrite)
-        cache_args = _appdef.validate_cache(cache)
-        fn_args = _appdef.fn_args(fn, artifact_store, backend)
-    args = [
-        *("--input", input, "--output", output, *fn_args, *cache_args),
-        *("--format", format, "--output_format", output_format, "--num_workers", str(num_workers)),
-        *("--batch_size", str(batch_size), "--on_error", on_error, "--max_error_rate", str(max_error_rate)),
-        *("--unit_mb", str(unit_mb)),
-        *_appdef.bool_flag("overwrite", overwrite),
-    ]
-    return _appdef.runner_app(
-        "transform", args, output, name, image, h, cpu, gpu, memMB, j, env, mounts, rdzv_port,
-        max_restarts, max_retries,
-    )  # fmt: skip
+    return _appdef.build_app("transform", locals())
 
 
 def split(
@@ -121,9 +115,9 @@ def split(
     num_workers: int = 1,
     batch_size: int = 1024,
     on_error: str = "raise",
-    max_error_rate: float = 1.0,
+    max_error_rate: float = 0.1,
     max_restarts: int = 0,
-    overwrite: bool = False,
+    overwrite: str = "False",
     artifact_store: Optional[str] = None,
     backend: str = "cloudpickle",
     unit_mb: float = 64.0,
@@ -145,14 +139,14 @@ def split(
     class when stratified), the options and the seed. See docs/split.md for the guarantees.
 
     Args:
-        input: input files: a path, a glob such as 'data/*.jsonl', a directory, or several separated
-            by commas; local, s3:// or any fsspec URL
+        input: input files: a path, a glob such as 'data/*.jsonl', a directory, or several separated by
+            commas; local, s3:// or any fsspec URL
         output: output directory
         fractions: named fractions in (0, 1] summing to 1, e.g. train=0.8,val=0.1,test=0.1
-        key: field(s) whose value decides the split, e.g. id or user_id,session; default: the whole
-            record (exact duplicates always land in the same split)
-        method: hash (stable: a record's split depends only on seed and key, appending files moves
-            nothing) or exact (exact counts by largest remainder; needs a counting pass)
+        key: field(s) whose value decides the split, e.g. id or user_id,session; default: the whole record
+            (exact duplicates always land in the same split)
+        method: hash (stable: a record's split depends only on seed and key, appending files moves nothing)
+            or exact (exact counts by largest remainder; needs a counting pass)
         stratify: a class field; every class is split in the given proportions
         seed: changes the assignment; the same seed always gives the same split
         fn: optional transform applied before splitting (file.py:fn, pkg.module:fn or artifact URL)
@@ -161,9 +155,10 @@ def split(
         num_workers: worker processes per rank
         batch_size: records per batch
         on_error: raise (stop at the first bad record) or skip (write bad records to OUTPUT/_errors/)
-        max_error_rate: with on_error=skip, fail the job when bad records / input records exceeds this
+        max_error_rate: with on_error=skip, fail the job when bad records / input records exceeds this (in
+            [0, 1], default 0.1)
         max_restarts: torchrun restarts of failed ranks; restarted ranks skip committed units
-        overwrite: replace an output that already has _SUCCESS
+        overwrite: replace an output that already has _SUCCESS: true/false (also 1/0, yes/no)
         artifact_store: where the client uploads the fn artifact (s3://... for clusters)
         backend: how fn is shipped: cloudpickle, torch.package or module
         unit_mb: target size in MB of a unit of work
@@ -179,23 +174,7 @@ def split(
         rdzv_port: rendezvous port on rank 0's host for multi-node jobs
         max_retries: scheduler-level retries of the whole job (not honoured by local_cwd)
     """
-    with _appdef.client_checks():
-        _appdef.validate_io(input, output, overwrite)
-        _appdef.validate_split(fractions, method)
-        fn_args = _appdef.fn_args(fn, artifact_store, backend)
-    args = [
-        *("--input", input, "--output", output, "--fractions", fractions, "--method", method),
-        *("--seed", str(seed), "--key", key or "", "--stratify", stratify or ""),
-        *("--format", format, "--output_format", output_format, "--num_workers", str(num_workers)),
-        *("--batch_size", str(batch_size), "--on_error", on_error, "--max_error_rate", str(max_error_rate)),
-        *("--unit_mb", str(unit_mb)),
-        *fn_args,
-        *_appdef.bool_flag("overwrite", overwrite),
-    ]
-    return _appdef.runner_app(
-        "split", args, output, name, image, h, cpu, gpu, memMB, j, env, mounts, rdzv_port,
-        max_restarts, max_retries,
-    )  # fmt: skip
+    return _appdef.build_app("split", locals())
 
 
 def stats(
@@ -210,9 +189,9 @@ def stats(
     num_workers: int = 1,
     batch_size: int = 4096,
     on_error: str = "raise",
-    max_error_rate: float = 1.0,
+    max_error_rate: float = 0.1,
     max_restarts: int = 0,
-    overwrite: bool = False,
+    overwrite: str = "False",
     artifact_store: Optional[str] = None,
     backend: str = "cloudpickle",
     unit_mb: float = 64.0,
@@ -235,8 +214,8 @@ def stats(
     ``OUTPUT/stats.md`` and ``OUTPUT/_SUCCESS`` last.
 
     Args:
-        input: input files: a path, a glob such as 'data/*.jsonl', a directory, or several separated
-            by commas; local, s3:// or any fsspec URL
+        input: input files: a path, a glob such as 'data/*.jsonl', a directory, or several separated by
+            commas; local, s3:// or any fsspec URL
         output: output directory
         fields: comma-separated fields to describe (default: every top-level field)
         quantiles: comma-separated quantiles in [0, 1] to report
@@ -247,9 +226,10 @@ def stats(
         num_workers: worker processes per rank
         batch_size: records per batch (statistics are accumulated per batch, vectorised)
         on_error: raise (stop at the first bad record) or skip (count it, write it to OUTPUT/_errors/)
-        max_error_rate: with on_error=skip, fail the job when bad records / input records exceeds this
+        max_error_rate: with on_error=skip, fail the job when bad records / input records exceeds this (in
+            [0, 1], default 0.1)
         max_restarts: torchrun restarts of failed ranks; restarted ranks skip committed units
-        overwrite: replace an output that already has _SUCCESS
+        overwrite: replace an output that already has _SUCCESS: true/false (also 1/0, yes/no)
         artifact_store: where the client uploads the fn artifact (s3://... for clusters)
         backend: how fn is shipped: cloudpickle, torch.package or module
         unit_mb: target size in MB of a unit of work
@@ -265,18 +245,4 @@ def stats(
         rdzv_port: rendezvous port on rank 0's host for multi-node jobs
         max_retries: scheduler-level retries of the whole job (not honoured by local_cwd)
     """
-    with _appdef.client_checks():
-        _appdef.validate_io(input, output, overwrite)
-        fn_args = _appdef.fn_args(fn, artifact_store, backend)
-    args = [
-        *("--input", input, "--output", output, "--fields", fields or "", "--quantiles", quantiles),
-        *("--top_k", str(top_k), "--bins", str(bins), "--format", format, "--num_workers", str(num_workers)),
-        *("--batch_size", str(batch_size), "--on_error", on_error, "--max_error_rate", str(max_error_rate)),
-        *("--unit_mb", str(unit_mb)),
-        *fn_args,
-        *_appdef.bool_flag("overwrite", overwrite),
-    ]
-    return _appdef.runner_app(
-        "stats", args, output, name, image, h, cpu, gpu, memMB, j, env, mounts, rdzv_port,
-        max_restarts, max_retries,
-    )  # fmt: skip
+    return _appdef.build_app("stats", locals())

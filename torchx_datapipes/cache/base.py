@@ -49,6 +49,7 @@ from torchx_datapipes.cache.codec import Codec, CodecError, codec_named
 from torchx_datapipes.cache.errors import CacheBackendError, CacheValueError
 from torchx_datapipes.cache.keys import check_name, raise_equal_keys, stored_key, stored_keys
 from torchx_datapipes.cache.stats import CacheStats
+from torchx_datapipes.secrets import mask_url
 
 log = logging.getLogger("torchx_datapipes.cache")
 V = TypeVar("V")
@@ -208,7 +209,8 @@ class Cache(abc.ABC):
             first = kind not in self._live_warned
             self._live_warned.add(kind)
         if first:
-            log.warning("cache %s: %s (logged once per process; see stats())", self.describe(), message)
+            text = mask_url(message)  # a backend's error may quote a URL with credentials
+            log.warning("cache %s: %s (logged once per process; see stats())", self.describe(), text)
 
     def _call(self, op: str, fn: Callable[..., V], *args: Any) -> Tuple[bool, Optional[V]]:
         """Run a core call under the failure policy: (True, result) or (False, None)."""

@@ -20,6 +20,7 @@ from importlib.metadata import entry_points
 from typing import Any, Callable, Dict, Set, Tuple, Type, Union
 
 from torchx_datapipes.cache.base import Cache
+from torchx_datapipes.secrets import mask_url
 
 ENTRY_POINT_GROUP = "torchx_datapipes.cache"
 _P = "torchx_datapipes.cache.providers."
@@ -72,19 +73,21 @@ class CacheURL:
         parts = urllib.parse.urlsplit(url)
         if not parts.scheme or "://" not in url:
             raise ValueError(
-                f"cache URL {url!r} has no scheme; use one of {', '.join(sorted(schemes()))}"
+                f"cache URL {mask_url(url)!r} has no scheme; use one of {', '.join(sorted(schemes()))}"
                 " (e.g. redis://127.0.0.1:6379/0, sqlite:///dev/shm/tdp.db, memory://)"
             )
         options: Dict[str, Any] = {}
         for name, value in urllib.parse.parse_qsl(parts.query, keep_blank_values=True, strict_parsing=False):
             if name not in OPTION_TYPES:
                 raise ValueError(
-                    f"cache URL {url!r}: unknown option {name!r}; valid: {', '.join(OPTION_TYPES)}"
+                    f"cache URL {mask_url(url)!r}: unknown option {name!r}; valid: {', '.join(OPTION_TYPES)}"
                 )
             try:
                 options[name] = OPTION_TYPES[name](value)
             except ValueError as e:
-                raise ValueError(f"cache URL {url!r}: option {name}={value!r} is not valid: {e}") from e
+                raise ValueError(
+                    f"cache URL {mask_url(url)!r}: option {name}={value!r} is not valid: {e}"
+                ) from e
         return cls(parts.scheme.lower(), parts.netloc, parts.path, options)
 
 

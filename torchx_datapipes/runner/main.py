@@ -11,57 +11,23 @@ from typing import Any, Callable, Dict, List, Optional
 from torch.distributed.elastic.multiprocessing.errors import record
 
 from torchx_datapipes.io.fs import split_patterns
+from torchx_datapipes.options import SPECS
 from torchx_datapipes.runner.badrecords import OnError
 from torchx_datapipes.runner.engine import Op, RunConfig, run_op
 
 OPS = ("transform", "split", "stats")
 
 
-def _bool(v: str) -> bool:
-    if v.lower() in ("1", "true", "yes"):
-        return True
-    if v.lower() in ("0", "false", "no"):
-        return False
-    raise argparse.ArgumentTypeError(f"expected True or False, got {v!r}")
-
-
-def _common(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--input", required=True, help="globs or paths, comma separated")
-    p.add_argument("--output", required=True)
-    p.add_argument("--artifact", default=None, help="artifact URL made by torchx_datapipes.artifact")
-    p.add_argument("--sha256", default=None, help="pinned sha256 of the artifact")
-    p.add_argument("--format", default="auto")
-    p.add_argument("--output_format", default="jsonl", choices=("jsonl", "parquet"))
-    p.add_argument("--num_workers", type=int, default=1)
-    p.add_argument("--batch_size", type=int, default=1024)
-    p.add_argument("--on_error", default="raise", choices=("raise", "skip"))
-    p.add_argument("--max_error_rate", type=float, default=1.0)
-    p.add_argument("--overwrite", type=_bool, default=False, nargs="?", const=True)
-    p.add_argument("--unit_mb", type=float, default=64.0)
-    p.add_argument("--timeout_s", type=float, default=6 * 3600.0)
-    p.add_argument("--progress_s", type=float, default=5.0)
-
-
 def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
+    """Parse and check the runner's arguments: the parser is built from the ops' option specs."""
     parser = argparse.ArgumentParser(prog="python -m torchx_datapipes.runner")
     sub = parser.add_subparsers(dest="op", required=True)
-    tr = sub.add_parser("transform", help="apply a function to every record")
-    _common(tr)
-    tr.add_argument("--cache", default=None, help="memoize the function per record in this cache URL")
-    sp = sub.add_parser("split", help="train/val/test split")
-    _common(sp)
-    sp.add_argument("--fractions", required=True)
-    sp.add_argument("--key", default="")
-    sp.add_argument("--method", default="hash", choices=("hash", "exact"))
-    sp.add_argument("--seed", type=int, default=0)
-    sp.add_argument("--stratify", default="")
-    st = sub.add_parser("stats", help="summary statistics and a report")
-    _common(st)
-    st.add_argument("--fields", default="")
-    st.add_argument("--quantiles", default="")
-    st.add_argument("--top_k", type=int, default=20)
-    st.add_argument("--bins", type=int, default=30)
+    helps = {"transform": "apply a function to every record", "split": "train/val/test split",
+             "stats": "summary statistics and a report"}  # fmt: skip
+    for op in OPS:
+        SPECS[op].add_arguments(sub.add_parser(op, help=helps[op]))
     args = parser.parse_args(argv)
+    SPECS[args.op].check_runner(args)  # OptionError (a ValueError) reaches the job's error file
     if args.op == "transform" and not args.artifact:
         parser.error("transform needs --artifact (the packaged function)")
     return args
@@ -75,7 +41,7 @@ def to_config(args: argparse.Namespace) -> RunConfig:
         artifact=args.artifact,
         sha256=args.sha256,
         format=args.format,
-        output_format=args.output_format,
+        output_format=getattr(args, "output_format", "jsonl"),
         num_workers=args.num_workers,
         batch_size=args.batch_size,
         on_error=OnError.parse(args.on_error),

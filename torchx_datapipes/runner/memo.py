@@ -16,6 +16,7 @@ import orjson
 
 from torchx_datapipes.cache import Cache, CacheStats, open_cache
 from torchx_datapipes.kinds import FnKind
+from torchx_datapipes.secrets import mask_url, resolve
 
 # orjson would turn datetimes, dataclasses and str/int subclasses into plain JSON values that
 # collide with real strings/dicts; passing them through makes it raise, and pickle takes over.
@@ -53,7 +54,7 @@ class Memo:
             )
         if len(sha256) != 64:
             raise ValueError(f"--cache needs the artifact's 64-hex-digit sha256, got {sha256!r}")
-        self.cache: Cache = open_cache(url)
+        self.cache: Cache = _open(url)
         self.sha256 = sha256
 
     def keys(self, recs: Sequence[Any]) -> List[bytes]:
@@ -72,6 +73,17 @@ class Memo:
 
     def stats(self) -> CacheStats:
         return self.cache.stats()
+
+
+def _open(url: str) -> Cache:
+    """Open the cache, with the password restored from the job's environment or credentials file.
+
+    Messages are masked and not chained: the original exception would print the full URL.
+    """
+    try:
+        return open_cache(resolve(url))
+    except (ValueError, TypeError, ImportError) as e:
+        raise type(e)(mask_url(str(e))) from None
 
 
 def stats_delta(before: CacheStats, after: CacheStats) -> Dict[str, int]:

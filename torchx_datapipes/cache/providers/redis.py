@@ -13,6 +13,7 @@ from typing import Any, Dict, List, Optional
 
 from torchx_datapipes.cache.base import Cache
 from torchx_datapipes.cache.providers import require
+from torchx_datapipes.secrets import mask_url
 
 _SCAN_COUNT = 1000
 
@@ -33,7 +34,7 @@ class RedisCache(Cache):
         require("redis", "redis")
         parts = urllib.parse.urlsplit(url)
         if parts.scheme not in ("redis", "rediss") or not parts.hostname:
-            raise ValueError(f"redis cache URL {url!r} is not valid: use redis://host:port/db")
+            raise ValueError(f"redis cache URL {mask_url(url)!r} is not valid: use redis://host:port/db")
         self.url = url
 
     @classmethod

@@ -1,0 +1,313 @@
+"""The option specs of ``transform``, ``split`` and ``stats``: every option's type, default,
+accepted values and help, once. ``components.py`` mirrors them literally (TorchX reads its
+signatures); ``tests/test_options.py`` keeps the two in sync.
+"""
+
+from typing import Any, Dict, Tuple
+
+import torchx
+
+from torchx_datapipes.options import checks as c
+from torchx_datapipes.options.spec import REQUIRED, OpSpec, Option
+
+DEFAULT_MAX_ERROR_RATE = 0.1
+
+_INPUT_HELP = (
+    "input files: a path, a glob such as 'data/*.jsonl', a directory, or several separated by commas;"
+    " local, s3:// or any fsspec URL"
+)
+
+
+def _io(input_help: str, output_help: str) -> Tuple[Option, ...]:
+    return (
+        Option("input", "str", REQUIRED, input_help, check=c.non_empty),
+        Option("output", "str", REQUIRED, output_help, check=c.non_empty),
+    )
+
+
+def _data(
+    batch_size: int, batch_help: str, on_error_help: str, output_format: bool = True
+) -> Tuple[Option, ...]:
+    fmt = (
+        (Option("output_format", "str", "jsonl", "jsonl or parquet", choices=c.OUTPUT_FORMATS),)
+        if output_format
+        else ()
+    )
+    return (
+        Option(
+            "format",
+            "str",
+            "auto",
+            "input format: auto (by extension), jsonl, csv, text or parquet",
+            choices=c.INPUT_FORMATS,
+        ),
+        *fmt,
+        Option("num_workers", "int", 1, "worker processes per rank", check=c.at_least(1)),
+        Option("batch_size", "int", batch_size, batch_help, check=c.at_least(1)),
+        Option("on_error", "str", "raise", on_error_help, choices=c.ON_ERROR),
+        Option(
+            "max_error_rate",
+            "float",
+            DEFAULT_MAX_ERROR_RATE,
+            "with on_error=skip, fail the job when bad records / input records exceeds this (in [0, 1],"
+            " default 0.1)",
+            check=c.fraction,
+        ),
+        Option(
+            "max_restarts",
+            "int",
+            0,
+            "torchrun restarts of failed ranks; restarted ranks skip committed units",
+            check=c.at_least(0),
+            runner=False,
+        ),
+        Option(
+            "overwrite",
+            "bool",
+            False,
+            "replace an output that already has _SUCCESS: true/false (also 1/0, yes/no)",
+        ),
+    )
+
+
+def _ship(store_help: str, backend_help: str) -> Tuple[Option, ...]:
+    return (
+        Option("artifact_store", "str", None, store_help, optional=True, runner=False),
+        Option("backend", "str", "cloudpickle", backend_help, choices=c.BACKENDS, runner=False),
+        Option("unit_mb", "float", 64.0, "target size in MB of a unit of work", check=c.positive),
+    )
+
+
+def _Launch(name: str, type: str, default: Any, help: str, **kw: Any) -> Option:  # noqa: N802
+    """A launcher option: a component parameter that the runner never sees."""
+    return Option(name, type, default, help, runner=False, **kw)
+
+
+def _launch(name: str) -> Tuple[Option, ...]:
+    return (
+        _Launch("name", "str", name, "job name, {experimentname}/{runname}"),
+        _Launch("image", "str", torchx.IMAGE, "image (e.g. docker) for non-local schedulers"),
+        _Launch(
+            "h",
+            "str",
+            None,
+            "a registered named resource (takes precedence over cpu, gpu, memMB)",
+            optional=True,
+        ),
+        _Launch("cpu", "int", 2, "number of cpus per replica", check=c.at_least(1)),
+        _Launch("gpu", "int", 0, "number of gpus per replica", check=c.at_least(0)),
+        _Launch("memMB", "int", 1024, "cpu memory in MB per replica", check=c.at_least(1)),
+        _Launch(
+            "j",
+            "str",
+            "1x2",
+            "[{min_nnodes}:]{nnodes}x{nproc_per_node}: nodes and ranks per node",
+            check=c.j_spec,
+        ),
+        _Launch(
+            "env", "dict", None, "environment variables for the job (e.g. ENV1=v1,ENV2=v2)", optional=True
+        ),
+        _Launch(
+            "mounts",
+            "list",
+            None,
+            "mounts for the job's containers (type=<bind/volume>,src=/host,dst=/job[,readonly])",
+            optional=True,
+        ),
+        _Launch(
+            "rdzv_port", "int", 29500, "rendezvous port on rank 0's host for multi-node jobs", check=c.port
+        ),
+        _Launch(
+            "max_retries",
+            "int",
+            0,
+            "scheduler-level retries of the whole job (not honoured by local_cwd)",
+            check=c.at_least(0),
+        ),
+    )
+
+
+# Options the runner takes that no component parameter maps to one-to-one.
+_RUNNER_ONLY = (
+    Option(
+        "artifact",
+        "str",
+        None,
+        "artifact URL made by torchx_datapipes.artifact",
+        optional=True,
+        component=False,
+    ),
+    Option("sha256", "str", None, "pinned sha256 of the artifact", optional=True, component=False),
+    Option(
+        "timeout_s", "float", 6 * 3600.0, "timeout of collectives, seconds", check=c.positive, component=False
+    ),
+    Option(
+        "progress_s",
+        "float",
+        5.0,
+        "seconds between progress lines (0: none)",
+        check=c.non_negative,
+        component=False,
+    ),
+)
+
+TRANSFORM = OpSpec(
+    "transform",
+    (
+        Option(
+            "fn",
+            "str",
+            REQUIRED,
+            "the function: ``my_file.py:clean``, ``my_pkg.module:clean`` or an artifact URL from"
+            " ``torchx_datapipes.artifact.package``. Plain functions map (return a record), filter"
+            " (return None)"
+            " or flat-map (return a list); decorate with ``torchx_datapipes.batched`` or"
+            " ``torchx_datapipes.pipeline`` for batch or DataPipe/torchdata.nodes functions.",
+            check=c.non_empty,
+            runner=False,
+        ),
+        *_io(_INPUT_HELP + ". .gz and .zst are decompressed.", "output directory (local or fsspec URL)"),
+        *_data(
+            1024,
+            "records per batch (the batch size of batched functions)",
+            "raise (stop at the first bad record with file, line and traceback) or skip (write bad records to"
+            " OUTPUT/_errors/ and go on)",
+        ),
+        *_ship(
+            "where the client uploads the function artifact (default ./.tdp/artifacts for local runs; use"
+            " s3://... for clusters)",
+            "how the function is shipped: cloudpickle, torch.package or module (import it by name"
+            " where the job"
+            " runs; the code must be in the image/workspace)",
+        ),
+        Option(
+            "cache",
+            "str",
+            None,
+            "memoize the function per record in a shared cache, keyed by (function sha256, record),"
+            " so a rerun on"
+            " the same data computes nothing: redis://host:6379/0, memcached://host:11211, sqlite:///dev/shm/tdp.db"
+            " (one machine) or memory:// (per process); options as a query, e.g. ?namespace=clean&ttl=86400."
+            " Passwords never go on the command line: use ?password_env=NAME (see docs/cache.md)."
+            " The manifest"
+            " reports hits and misses",
+            optional=True,
+        ),
+        *_launch("/transform"),
+        *_RUNNER_ONLY,
+    ),
+)
+
+SPLIT = OpSpec(
+    "split",
+    (
+        *_io(_INPUT_HELP, "output directory"),
+        Option(
+            "fractions",
+            "str",
+            "train=0.8,val=0.1,test=0.1",
+            "named fractions in (0, 1] summing to 1, e.g. train=0.8,val=0.1,test=0.1",
+            check=c.fractions,
+        ),
+        Option(
+            "key",
+            "str",
+            None,
+            "field(s) whose value decides the split, e.g. id or user_id,session; default: the whole"
+            " record (exact"
+            " duplicates always land in the same split)",
+            optional=True,
+            check=c.key_fields,
+        ),
+        Option(
+            "method",
+            "str",
+            "hash",
+            "hash (stable: a record's split depends only on seed and key, appending files moves"
+            " nothing) or exact"
+            " (exact counts by largest remainder; needs a counting pass)",
+            choices=c.SPLIT_METHODS,
+        ),
+        Option(
+            "stratify",
+            "str",
+            None,
+            "a class field; every class is split in the given proportions",
+            optional=True,
+        ),
+        Option(
+            "seed",
+            "int",
+            0,
+            "changes the assignment; the same seed always gives the same split",
+            check=c.between(0, (1 << 64) - 1),
+        ),
+        Option(
+            "fn",
+            "str",
+            None,
+            "optional transform applied before splitting (file.py:fn, pkg.module:fn or artifact URL)",
+            optional=True,
+            runner=False,
+        ),
+        *_data(
+            1024,
+            "records per batch",
+            "raise (stop at the first bad record) or skip (write bad records to OUTPUT/_errors/)",
+        ),
+        *_ship(
+            "where the client uploads the fn artifact (s3://... for clusters)",
+            "how fn is shipped: cloudpickle, torch.package or module",
+        ),
+        *_launch("/split"),
+        *_RUNNER_ONLY,
+    ),
+)
+
+STATS = OpSpec(
+    "stats",
+    (
+        *_io(_INPUT_HELP, "output directory"),
+        Option(
+            "fields",
+            "str",
+            None,
+            "comma-separated fields to describe (default: every top-level field)",
+            optional=True,
+            check=c.stats_fields,
+        ),
+        Option(
+            "quantiles",
+            "str",
+            "0.01,0.05,0.25,0.5,0.75,0.95,0.99",
+            "comma-separated quantiles in [0, 1] to report",
+            check=c.quantiles,
+        ),
+        Option(
+            "top_k", "int", 20, "most frequent values to report per string field", check=c.between(1, 100_000)
+        ),
+        Option("bins", "int", 30, "bins of the equal-width histograms", check=c.between(1, 10_000)),
+        Option(
+            "fn",
+            "str",
+            None,
+            "optional transform applied first (stats of the transformed records)",
+            optional=True,
+            runner=False,
+        ),
+        *_data(
+            4096,
+            "records per batch (statistics are accumulated per batch, vectorised)",
+            "raise (stop at the first bad record) or skip (count it, write it to OUTPUT/_errors/)",
+            output_format=False,
+        ),
+        *_ship(
+            "where the client uploads the fn artifact (s3://... for clusters)",
+            "how fn is shipped: cloudpickle, torch.package or module",
+        ),
+        *_launch("/stats"),
+        *_RUNNER_ONLY,
+    ),
+)
+
+SPECS: Dict[str, OpSpec] = {s.op: s for s in (TRANSFORM, SPLIT, STATS)}
