@@ -156,7 +156,7 @@ def test_skip_routes_errors_and_max_error_rate(tmp_path: Path) -> None:
     def fn(r: Dict[str, Any]) -> Any:
         return {"id": r["id"] + 1}
 
-    m = run(tmp_path, fn, str(d / "*.jsonl"), "o", "--on_error", "skip")
+    m = run(tmp_path, fn, str(d / "*.jsonl"), "o", "--on_error", "skip", "--max_error_rate", "1.0")
     assert canon(read_output(tmp_path / "o")) == canon([{"id": 2}, {"id": 3}])
     assert (m["records_in"], m["bad"], m["blank_lines"]) == (4, 2, 2)
     errs = [json.loads(x) for x in (tmp_path / "o/_errors/part-00000.jsonl").read_text().splitlines()]
@@ -236,7 +236,7 @@ def test_previous_output_directory_as_input(tmp_path: Path) -> None:
     d = tmp_path / "d"
     d.mkdir()
     (d / "a.jsonl").write_bytes(b'{"id": 1}\nnot json\n{"id": 2}\n')
-    run(tmp_path, identity, str(d / "a.jsonl"), "first", "--on_error", "skip")
+    run(tmp_path, identity, str(d / "a.jsonl"), "first", "--on_error", "skip", "--max_error_rate", "1.0")
     assert (tmp_path / "first/_errors").is_dir()
     m = run(tmp_path, identity, str(tmp_path / "first"), "second")
     assert m["records_in"] == 2 and [i["path"].rsplit("/", 1)[-1] for i in m["inputs"]] == [

@@ -97,7 +97,7 @@ def test_bad_records_skip_raise_and_max_error_rate(
     write_jsonl(path, [{"v": 1.5}, {"v": None}, {"v": 2}])
     with path.open("ab") as f:
         f.write(b"".join(line.encode() + b"\n" for line in (*BAD_LINES, "not json", "{")))
-    m = run_stats(str(path), tmp_path / "skip", "--on_error", "skip")
+    m = run_stats(str(path), tmp_path / "skip", "--on_error", "skip", "--max_error_rate", "1.0")
     doc = load(tmp_path / "skip")
     assert m["bad"] == doc["bad_records"] == len(BAD_LINES) + 2 and doc["records"] == 3
     assert doc["fields"]["v"]["numeric"]["nan"] == 0 and doc["fields"]["v"]["numeric"]["pos_inf"] == 0

@@ -7,7 +7,7 @@ output is complete only when ``_SUCCESS`` exists. Readers trust nothing else.
 import hashlib
 import platform
 import time
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 import orjson
 
@@ -62,13 +62,19 @@ def write_manifest(output: str, manifest: Dict[str, Any]) -> None:
     atomic_write(success_url(output), orjson.dumps(manifest, option=orjson.OPT_INDENT_2))
 
 
-def clear_output(output: str) -> None:
-    """Remove a previous result: ``_SUCCESS`` first, so it never looks complete midway."""
+def clear_output(output: str, keep: Tuple[str, ...] = ("_LEASE",)) -> None:
+    """Remove a previous result: ``_SUCCESS`` first, so it never looks complete midway.
+
+    Entries named in ``keep`` (the running job's output lease) stay.
+    """
     fs, path = fs_and_path(output)
     if fs.exists(f"{path}/{SUCCESS}"):
         fs.rm(f"{path}/{SUCCESS}")
-    if fs.exists(path):
-        fs.rm(path, recursive=True)
+    if not fs.exists(path):
+        return
+    for entry in fs.ls(path, detail=False):
+        if entry.rstrip("/").rsplit("/", 1)[-1] not in keep:
+            fs.rm(entry, recursive=True)
 
 
 def versions() -> Dict[str, str]:

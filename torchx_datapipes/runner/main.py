@@ -35,7 +35,7 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--num_workers", type=int, default=1)
     p.add_argument("--batch_size", type=int, default=1024)
     p.add_argument("--on_error", default="raise", choices=("raise", "skip"))
-    p.add_argument("--max_error_rate", type=float, default=1.0)
+    p.add_argument("--max_error_rate", type=float, default=0.1)
     p.add_argument("--overwrite", type=_bool, default=False, nargs="?", const=True)
     p.add_argument("--unit_mb", type=float, default=64.0)
     p.add_argument("--timeout_s", type=float, default=6 * 3600.0)
