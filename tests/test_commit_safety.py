@@ -3,9 +3,10 @@
 import errno
 import json
 import os
+import signal
 import time
 from pathlib import Path
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, Iterator, List, Optional
 
 import orjson
 import pytest
@@ -229,6 +230,15 @@ def test_a_planning_failure_on_rank0_fails_the_other_ranks_at_once(tmp_path: Pat
         engine_for(1, store, missing, tmp_path / "out").plan()
 
 
+@pytest.fixture
+def keep_signals() -> Iterator[None]:
+    """Runs under a (fake) torchrun ignore SIGTERM/SIGINT after the commit: give pytest its handlers back."""
+    saved = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT)}
+    yield
+    for s, h in saved.items():
+        signal.signal(s, h)
+
+
 # -- item 12: the output lease ------------------------------------------------------------------
 def write_lease(out: Path, job: str, pid: int, age_s: float) -> None:
     out.mkdir(parents=True, exist_ok=True)
@@ -261,7 +271,9 @@ def test_a_stale_or_dead_lease_is_taken_over(
     assert not (tmp_path / "out/_LEASE").exists() and not list((tmp_path / "out").glob("_LEASE*"))
 
 
-def test_a_restart_of_the_same_job_reuses_its_lease(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_restart_of_the_same_job_reuses_its_lease(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, keep_signals: None
+) -> None:
     make_dataset(tmp_path / "d", [10])
     monkeypatch.setenv("TORCHELASTIC_RUN_ID", "app-7")
     write_lease(tmp_path / "out", "app-7", os.getpid(), age_s=1.0)
@@ -295,11 +307,17 @@ def test_heartbeat_refreshes_and_a_lost_lease_blocks_the_commit(
 
 # -- item 11(c): a restarted rank that finds its own job complete succeeds ------------------------
 def test_restarted_rank_finds_its_own_output_complete(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str], keep_signals: None
 ) -> None:
     make_dataset(tmp_path / "d", [10])
     monkeypatch.setenv("TORCHELASTIC_RUN_ID", "app-1")
+    assert signal.getsignal(signal.SIGTERM) is not signal.SIG_IGN
     first = transform(tmp_path, str(tmp_path / "d/*.jsonl"), "out")
+    # item 11(b): _SUCCESS is in place, so a late SIGTERM/SIGINT no longer fails the rank
+    assert (
+        signal.getsignal(signal.SIGTERM) is signal.SIG_IGN
+        and signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+    )
     monkeypatch.setenv("TORCHELASTIC_RESTART_COUNT", "1")
     capfd.readouterr()
     again: Optional[Dict[str, Any]] = transform(tmp_path, str(tmp_path / "d/*.jsonl"), "out")

@@ -366,8 +366,12 @@ def check_error_rate(metas: List[Dict[str, Any]], input_bytes: int, limit: float
 
 
 def _hold_on_to_success() -> None:
-    """Ignore SIGTERM/SIGINT from here on: the job's result is decided, so a late kill must not flip it."""
-    if threading.current_thread() is threading.main_thread():
+    """Under torchrun, ignore SIGTERM/SIGINT from now on: the result is decided, a late kill must not flip it.
+
+    (torchrun SIGTERMs every rank as soon as one exits non-zero; a rank past the final barrier, or
+    rank 0 once ``_SUCCESS`` is in place, then finishes and exits 0.) In-process callers keep their handlers.
+    """
+    if "TORCHELASTIC_RUN_ID" in os.environ and threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
         signal.signal(signal.SIGINT, signal.SIG_IGN)
 
