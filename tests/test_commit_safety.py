@@ -155,7 +155,9 @@ def test_disk_full_in_a_worker_names_the_part_and_leaves_no_temp_files(
     assert not (tmp_path / "out/_SUCCESS").exists() and not (tmp_path / "out/_LEASE").exists()
 
 
-@pytest.mark.parametrize("op,needle", [("transform", "_errors/"), ("stats", ".stats")])
+@pytest.mark.parametrize(
+    "op,needle", [("transform", "_errors/"), ("stats", ".stats"), ("transform", "_units/")]
+)
 def test_disk_full_on_side_files_names_them_and_leaves_no_temp_files(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, op: str, needle: str
 ) -> None:
@@ -167,6 +169,23 @@ def test_disk_full_on_side_files_names_them_and_leaves_no_temp_files(
     with pytest.raises(OSError, match=f"No space left on device while writing {tmp_path / 'out'}/.*{needle}"):
         run_op(op, str(d / "a.jsonl"), tmp_path / "out", *extra, fn=identity if op == "transform" else None)
     assert no_tmp_files(tmp_path / "out") == []
+
+
+def test_a_failing_close_of_a_part_names_it_and_leaves_no_temp_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    make_dataset(tmp_path / "d", [10])
+    original = LocalFileOpener.close
+
+    def close(self: LocalFileOpener) -> None:
+        original(self)
+        if "part-00000" in self.path:
+            raise OSError(errno.EDQUOT, os.strerror(errno.EDQUOT))
+
+    monkeypatch.setattr(LocalFileOpener, "close", close)
+    with pytest.raises(OSError, match=f"quota exceeded while writing {tmp_path / 'out/part-00000.jsonl'}"):
+        transform(tmp_path, str(tmp_path / "d/*.jsonl"), "out")
+    assert no_tmp_files(tmp_path / "out") == [] and not (tmp_path / "out/part-00000.jsonl").exists()
 
 
 # -- item 5: plan once -------------------------------------------------------------------------

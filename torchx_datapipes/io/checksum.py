@@ -91,9 +91,11 @@ def rel_to(output: str, url: str) -> str:
     return url[len(base) :] if url.startswith(base) else url
 
 
-def write_summed(output: str, rel: str, data: bytes) -> FileSum:
-    """Atomically write ``OUT/rel`` (temp name, then rename); on any failure no temp file is left."""
-    url = join(output, rel)
+def write_file(url: str, data: bytes) -> None:
+    """Atomically write ``url`` (temp name, then rename); on any failure no temp file is left.
+
+    An OSError (ENOSPC, EDQUOT, ...) names ``url``.
+    """
     fs, path = fs_and_path(url)
     parent = os.path.dirname(path)
     tmp = f"{parent}/.tmp-{uuid.uuid4().hex}-{os.path.basename(path)}"
@@ -108,6 +110,11 @@ def write_summed(output: str, rel: str, data: bytes) -> FileSum:
     except BaseException:
         _discard(fs, tmp)
         raise
+
+
+def write_summed(output: str, rel: str, data: bytes) -> FileSum:
+    """:func:`write_file` ``OUT/rel`` and return its size and checksum for the commit record."""
+    write_file(join(output, rel), data)
     return FileSum(rel, len(data), sum_bytes(data))
 
 

@@ -18,7 +18,8 @@ from typing import Any, Dict, Optional
 import orjson
 
 from torchx_datapipes.errors import DatapipesError
-from torchx_datapipes.io.fs import atomic_write, fs_and_path, join
+from torchx_datapipes.io.checksum import write_file
+from torchx_datapipes.io.fs import fs_and_path, join
 
 LEASE = "_LEASE"
 HEARTBEAT_ENV = "TDP_LEASE_HEARTBEAT_S"
@@ -115,7 +116,7 @@ class Lease:
         return current is not None and current.token == self.holder.token
 
     def _write(self) -> None:
-        atomic_write(self.url, self._body())
+        write_file(self.url, self._body())
 
     def _retire(self, current: Holder) -> None:
         """Move a dead job's lease aside (one taker wins the rename)."""

@@ -11,7 +11,8 @@ from typing import Any, Dict, List, Optional, Tuple
 
 import orjson
 
-from torchx_datapipes.io.fs import atomic_write, exists, fs_and_path, join, read_bytes
+from torchx_datapipes.io.checksum import write_file
+from torchx_datapipes.io.fs import exists, fs_and_path, join, read_bytes
 
 SUCCESS = "_SUCCESS"
 MANIFEST_VERSION = 1
@@ -26,7 +27,7 @@ def unit_meta_url(output: str, unit_name: str) -> str:
 
 
 def write_unit_meta(output: str, unit_name: str, meta: Dict[str, Any]) -> None:
-    atomic_write(unit_meta_url(output, unit_name), orjson.dumps(meta))
+    write_file(unit_meta_url(output, unit_name), orjson.dumps(meta))
 
 
 def read_unit_meta(output: str, unit_name: str, fp: str) -> Optional[Dict[str, Any]]:
@@ -59,7 +60,7 @@ def read_manifest(output: str) -> Dict[str, Any]:
 
 
 def write_manifest(output: str, manifest: Dict[str, Any]) -> None:
-    atomic_write(success_url(output), orjson.dumps(manifest, option=orjson.OPT_INDENT_2))
+    write_file(success_url(output), orjson.dumps(manifest, option=orjson.OPT_INDENT_2))
 
 
 def clear_output(output: str, keep: Tuple[str, ...] = ("_LEASE",)) -> None:

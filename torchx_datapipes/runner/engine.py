@@ -341,8 +341,11 @@ class Engine:
         for p in fs.find(root):
             base = p.rsplit("/", 1)[-1]
             stray_part = base.startswith("part-") and p not in keep
-            if base.startswith((".tmp-", "_LEASE.stale-")) or stray_part:
-                fs.rm(p)
+            if (base.startswith((".tmp-", "_LEASE.stale-")) or stray_part) and not base.endswith("-_LEASE"):
+                try:  # the lease's heartbeat writes .tmp-*-_LEASE files of its own: leave them
+                    fs.rm(p)
+                except FileNotFoundError:
+                    pass
 
 
 def check_error_rate(metas: List[Dict[str, Any]], input_bytes: int, limit: float, output: str) -> float:

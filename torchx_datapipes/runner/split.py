@@ -20,9 +20,9 @@ from typing import Any
 import numpy as np
 import orjson
 
-from torchx_datapipes.io.checksum import write_summed
+from torchx_datapipes.io.checksum import write_file, write_summed
 from torchx_datapipes.io.formats import UnitReader
-from torchx_datapipes.io.fs import atomic_write, fs_and_path, join, read_bytes
+from torchx_datapipes.io.fs import fs_and_path, join, read_bytes
 from torchx_datapipes.io.units import Unit
 from torchx_datapipes.io.writers import PartWriter, encode_checked, part_name
 from torchx_datapipes.runner.apply import Applier
@@ -98,7 +98,7 @@ class SplitOp:
                     start += n
             merged = {c: np.concatenate(parts) for c, parts in per_class.items()}
             assigner = StratifiedHashAssigner.from_hashes(merged, self.fractions)
-            atomic_write(url, orjson.dumps(assigner.to_dict()))
+            write_file(url, orjson.dumps(assigner.to_dict()))
         engine.barrier()
         self.strat_hash = StratifiedHashAssigner.from_dict(orjson.loads(read_bytes(url)))
 

@@ -10,9 +10,9 @@ from typing import Any, Callable, Dict, List, Optional
 import orjson
 
 from torchx_datapipes.io import manifest as mf
-from torchx_datapipes.io.checksum import write_summed
+from torchx_datapipes.io.checksum import write_file, write_summed
 from torchx_datapipes.io.formats import UnitReader
-from torchx_datapipes.io.fs import atomic_write, join, read_bytes
+from torchx_datapipes.io.fs import join, read_bytes
 from torchx_datapipes.io.units import Unit
 from torchx_datapipes.runner.apply import Applier
 from torchx_datapipes.runner.badrecords import ErrorSink
@@ -85,7 +85,7 @@ class StatsOp:
                 "manifest": {**manifest, "num_workers": engine.cfg.num_workers},
             }
         )
-        atomic_write(join(self.output, STATS_JSON), orjson.dumps(doc, option=orjson.OPT_INDENT_2))
+        write_file(join(self.output, STATS_JSON), orjson.dumps(doc, option=orjson.OPT_INDENT_2))
         write_reports(doc, self.output)
         return {
             "records_described": merged.records,
