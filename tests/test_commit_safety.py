@@ -349,3 +349,27 @@ def test_restarted_rank_finds_its_own_output_complete(
     monkeypatch.setenv("TORCHELASTIC_RESTART_COUNT", "0")  # a fresh launch is refused too
     with pytest.raises(OutputExistsError):
         transform(tmp_path, str(tmp_path / "d/*.jsonl"), "out")
+
+
+def test_split_resume_redoes_a_damaged_parquet_part(
+    tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    import pyarrow.parquet as pq
+
+    make_dataset(tmp_path / "d", [80, 60])
+    args = ("--fractions", "train=0.8,val=0.2", "--stratify", "label", "--output_format", "parquet")
+    args += ("--unit_mb", "0.002")
+    first = run_op("split", str(tmp_path / "d"), tmp_path / "o", *args)
+    out = tmp_path / "o"
+    meta = json.loads((out / "_units/00001.json").read_text())
+    assert [f["path"] for f in meta["files"]] == ["train/part-00001.parquet", "val/part-00001.parquet"]
+    (out / "_SUCCESS").unlink()
+    (out / "train/part-00001.parquet").write_bytes(b"PAR1 garbage PAR1")
+    capfd.readouterr()
+    again = run_op("split", str(tmp_path / "d"), tmp_path / "o", *args)
+    err = capfd.readouterr().err
+    assert "redoing committed unit 00001 (" in err and "train/part-00001.parquet" in err
+    assert "redoing committed unit 00000 (" not in err
+    assert again["splits"] == first["splits"]
+    rows = sum(pq.read_table(p).num_rows for p in out.glob("*/part-*.parquet"))
+    assert rows == again["records_out"] == 140
