@@ -25,11 +25,12 @@ SLOW = textwrap.dedent(
 )
 
 
-def job_processes(out: Path, what: Callable[[List[str]], bool]) -> List[psutil.Process]:
+def job_processes(cwd: Path, what: Callable[[List[str]], bool]) -> List[psutil.Process]:
+    """This test's processes (local_cwd runs them in the test's directory) that ``what`` selects."""
     found = []
-    for p in psutil.process_iter(["cmdline"]):
+    for p in psutil.process_iter(["cmdline", "cwd"]):
         cmd = p.info["cmdline"] or []
-        if any(str(out) in c or "out/agent" in c for c in cmd) and what(cmd):
+        if p.info["cwd"] == str(cwd) and any("out/agent" in c for c in cmd) and what(cmd):
             found.append(p)
     return found
 
@@ -68,8 +69,8 @@ def test_killing_the_agent_kills_its_ranks_and_the_relaunch_resumes_exactly(tmp_
     try:
         units = out / "_units"
         poll(lambda: units.exists() and len(list(units.glob("*.json"))) >= 2, 120, "two committed units")
-        agents = job_processes(out, is_agent)
-        ranks = job_processes(out, is_rank)
+        agents = job_processes(tmp_path, is_agent)
+        ranks = job_processes(tmp_path, is_rank)
         assert len(agents) == 1 and len(ranks) == 2, ([a.cmdline() for a in agents], len(ranks))
         os.kill(agents[0].pid, signal.SIGKILL)
         poll(lambda: not [r for r in ranks if r.is_running() and r.status() != psutil.STATUS_ZOMBIE], 30,

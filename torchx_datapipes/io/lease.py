@@ -69,6 +69,7 @@ class Lease:
         self.output, self.holder = output, holder
         self.url = join(output, LEASE)
         self._stop = threading.Event()
+        self.busy = threading.Lock()  # held by each heartbeat; hold it to fork without a beat in flight
         self._thread: Optional[threading.Thread] = None
         self.lost: Optional[str] = None
 
@@ -144,11 +145,12 @@ class Lease:
     def _beat(self) -> None:
         while not self._stop.wait(heartbeat_s()):
             try:
-                current = read_holder(self.output)
-                if current is None or current.token != self.holder.token:
-                    self.lost = current.describe() if current else "lease file removed"
-                    return
-                self._write()
+                with self.busy:
+                    current = read_holder(self.output)
+                    if current is None or current.token != self.holder.token:
+                        self.lost = current.describe() if current else "lease file removed"
+                        return
+                    self._write()
             except OSError as e:  # a transient storage error: the next beat tries again
                 print(f"warning: cannot refresh the output lease {self.url}: {e}", flush=True)
 

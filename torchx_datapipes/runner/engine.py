@@ -7,6 +7,7 @@ relaunches resume. After a barrier, rank 0 checks that every unit committed and 
 ``_SUCCESS`` last.
 """
 
+import contextlib
 import ctypes
 import multiprocessing as mp
 import os
@@ -204,7 +205,9 @@ class Engine:
         try:
             ctx = mp.get_context("fork")
             with ProcessPoolExecutor(len(mine), mp_context=ctx, initializer=_die_with_parent) as pool:
-                for f in [pool.submit(_slot_in_child, s) for s in mine]:
+                with self.lease.busy if self.lease is not None else contextlib.nullcontext():
+                    futures = [pool.submit(_slot_in_child, s) for s in mine]  # forks: no heartbeat in flight
+                for f in futures:
                     f.result()
         finally:
             _ACTIVE = None
