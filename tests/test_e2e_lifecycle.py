@@ -1,5 +1,6 @@
-"""Job lifecycle through the real ``torchx run -s local_cwd``: ranks die with their torchrun agent."""
+"""Job lifecycle through the real ``torchx run -s local_cwd``: the output lease, ranks die with the agent."""
 
+import json
 import os
 import signal
 import subprocess
@@ -16,9 +17,14 @@ pytestmark = pytest.mark.e2e
 
 SLOW = textwrap.dedent(
     """
+    import os
     import time
 
     def slow(rec):
+        # the test holds the job at its first record while the gate file exists
+        deadline = time.time() + 120
+        while os.path.exists(os.environ["TDP_TEST_GATE"]) and time.time() < deadline:
+            time.sleep(0.01)
         time.sleep(0.01)
         return rec
     """
@@ -53,22 +59,40 @@ def poll(fn: Callable[[], Optional[object]], deadline_s: float, what: str) -> ob
     raise AssertionError(f"timed out after {deadline_s}s waiting for {what}")
 
 
-def test_killing_the_agent_kills_its_ranks_and_the_relaunch_resumes_exactly(tmp_path: Path) -> None:
-    recs = make_dataset(tmp_path / "data", [300, 300])
+def test_lease_refuses_a_second_job_then_a_killed_agent_takes_its_ranks_and_the_relaunch_resumes(
+    tmp_path: Path,
+) -> None:
+    recs = make_dataset(tmp_path / "data", [600, 600])
     (tmp_path / "my_slow.py").write_text(SLOW)
-    args = [
-        "run", "-s", "local_cwd", "torchx_datapipes.components:transform", "--fn", "my_slow.py:slow",
-        "--input", "data/*.jsonl", "--output", "out/agent", "-j", "1x2", "--unit_mb", "0.005",
-        "--rdzv_port", "29641",
-    ]  # fmt: skip
+    gate = tmp_path / "gate"
+    gate.touch()
+
+    def args(port: int) -> List[str]:
+        return [
+            "run", "-s", "local_cwd", "torchx_datapipes.components:transform", "--fn", "my_slow.py:slow",
+            "--input", "data/*.jsonl", "--output", "out/agent", "-j", "1x2", "--unit_mb", "0.01",
+            "--rdzv_port", str(port), "--env", f"TDP_TEST_GATE={gate}",
+        ]  # fmt: skip
+
     env = {**os.environ, "PATH": f"{VENV_BIN}:{os.environ['PATH']}"}
     client = subprocess.Popen(
-        [TORCHX, *args], cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
-    )
+        [TORCHX, *args(29641)], cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+        text=True,
+    )  # fmt: skip
     out = tmp_path / "out/agent"
     try:
         units = out / "_units"
-        poll(lambda: units.exists() and len(list(units.glob("*.json"))) >= 2, 120, "two committed units")
+        poll(lambda: (out / "_LEASE").exists(), 120, "the first job's lease")
+        owner = json.loads((out / "_LEASE").read_text())["job_id"]
+        # item 12: a second job on the same output is refused at once, naming the first
+        second = run_torchx(args(29642), tmp_path)
+        assert second.returncode != 0
+        refused = second.stdout + second.stderr
+        assert f"is being written by job {owner}" in refused and "a lease older than" in refused, refused
+        assert not (out / "_SUCCESS").exists()
+        gate.unlink()
+        # item 11: killing the torchrun agent takes its ranks with it
+        poll(lambda: len(list(units.glob("*.json"))) >= 2, 120, "two committed units")
         agents = job_processes(tmp_path, is_agent)
         ranks = job_processes(tmp_path, is_rank)
         assert len(agents) == 1 and len(ranks) == 2, ([a.cmdline() for a in agents], len(ranks))
@@ -82,8 +106,8 @@ def test_killing_the_agent_kills_its_ranks_and_the_relaunch_resumes_exactly(tmp_
             client.kill()
             client.communicate()
     assert client.returncode != 0
-    # the relaunch takes over the dead job's lease at once (its rank 0 is gone) and resumes
-    res = run_torchx(args, tmp_path)
+    # the relaunch takes over the dead job's lease at once (its rank 0 is gone) and resumes exactly
+    res = run_torchx(args(29643), tmp_path)
     assert res.returncode == 0, res.stdout + res.stderr
     assert canon(read_output(out)) == canon(recs)
     m = manifest(out)
