@@ -373,3 +373,12 @@ def test_split_resume_redoes_a_damaged_parquet_part(
     assert again["splits"] == first["splits"]
     rows = sum(pq.read_table(p).num_rows for p in out.glob("*/part-*.parquet"))
     assert rows == again["records_out"] == 140
+
+
+def test_handstarted_torchrun_jobs_without_rdzv_id_are_told_apart(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("TORCHELASTIC_RUN_ID", raising=False)
+    assert lease_mod.run_identity() is None
+    monkeypatch.setenv("TORCHELASTIC_RUN_ID", "app-3")
+    assert lease_mod.run_identity() == lease_mod.job_id() == "app-3"
+    monkeypatch.setenv("TORCHELASTIC_RUN_ID", "none")  # torchrun's default: the same in every job
+    assert lease_mod.run_identity() == f"none@{lease_mod.socket.gethostname()}:{os.getppid()}"

@@ -56,9 +56,21 @@ class Holder:
         return f"job {self.job_id} (host {self.host}, pid {self.pid}, last heartbeat {age:.0f}s ago)"
 
 
+def run_identity() -> Optional[str]:
+    """This torchrun job's id, the same in every rank and restart; None outside torchrun.
+
+    torchx passes its app id as ``--rdzv_id``. A hand-started torchrun without ``--rdzv_id`` has the
+    run id "none" in every job, so the agent (the rank's parent, kept across restarts) is added.
+    """
+    run_id = os.environ.get("TORCHELASTIC_RUN_ID")
+    if not run_id:
+        return None
+    return run_id if run_id != "none" else f"none@{socket.gethostname()}:{os.getppid()}"
+
+
 def job_id() -> str:
-    """torchrun's run id (torchx passes the app id), else one id per process."""
-    return os.environ.get("TORCHELASTIC_RUN_ID") or _LOCAL_ID
+    """The job that takes the lease: the torchrun job, else one id per process (in-process runs)."""
+    return run_identity() or _LOCAL_ID
 
 
 _LOCAL_ID = f"local-{uuid.uuid4().hex[:12]}"

@@ -26,7 +26,7 @@ from torchx_datapipes.io import manifest as mf
 from torchx_datapipes.io.checksum import verify, verify_sizes
 from torchx_datapipes.io.formats import UnitReader
 from torchx_datapipes.io.fs import check_disjoint, expand_inputs, fs_and_path, join
-from torchx_datapipes.io.lease import Lease
+from torchx_datapipes.io.lease import Lease, run_identity
 from torchx_datapipes.io.units import Unit, assign, plan_units
 from torchx_datapipes.runner.badrecords import ErrorSink, OnError
 from torchx_datapipes.runner.dist import Dist, die_with_agent
@@ -149,11 +149,9 @@ class Engine:
         if not mf.has_success(c.output):
             return False
         job = mf.read_manifest(c.output).get("job") or {}
-        same = (
-            job.get("run_id") == os.environ.get("TORCHELASTIC_RUN_ID")
-            and job.get("request") == self.request()
-        )
-        if same and "TORCHELASTIC_RUN_ID" in os.environ and (d.restart > 0 or d.rank > 0):
+        run_id = run_identity()
+        same = run_id is not None and job.get("run_id") == run_id and job.get("request") == self.request()
+        if same and (d.restart > 0 or d.rank > 0):
             print(f"output already complete: {mf.success_url(c.output)} was written by this job"
                   f" (run {job['run_id']}); nothing to do", file=sys.stderr, flush=True)  # fmt: skip
             return True
@@ -302,10 +300,10 @@ class Engine:
                 "options": self.options(),
                 "artifact": {"url": c.artifact, "sha256": c.sha256},
                 "job": {
-                    "run_id": os.environ.get("TORCHELASTIC_RUN_ID"),
+                    "run_id": run_identity(),
                     "request": self.request(),
                     "fingerprint": self.fingerprint,
-                },  # fmt: skip
+                },
                 "world_size": self.dist.world_size,
                 "num_workers": c.num_workers,
                 "records_in": totals["records_in"],
