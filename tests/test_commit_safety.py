@@ -212,6 +212,10 @@ class DictStore:
     def get(self, key: str) -> bytes:
         return self.data[key]
 
+    def wait(self, keys: List[str], timeout: Any) -> None:
+        if not all(k in self.data for k in keys):
+            raise RuntimeError(f"Wait timeout after {timeout}")
+
 
 def engine_for(rank: int, store: DictStore, inp: Path, out: Path) -> Engine:
     cfg = RunConfig(op="transform", inputs=(str(inp),), output=str(out), sha256="x", unit_mb=0.001)
@@ -256,6 +260,12 @@ def keep_signals() -> Iterator[None]:
     yield
     for s, h in saved.items():
         signal.signal(s, h)
+
+
+def test_a_rank0_that_never_plans_times_out_with_a_message(tmp_path: Path) -> None:
+    make_dataset(tmp_path / "d", [5])
+    with pytest.raises(DatapipesError, match="rank 0 did not share 'plan' within .* raise --timeout_s"):
+        engine_for(1, DictStore(), tmp_path / "d/part-0.jsonl", tmp_path / "out").plan()
 
 
 # -- item 12: the output lease ------------------------------------------------------------------

@@ -57,11 +57,11 @@ class Dist:
         self.store = store
         self.initialized = True
 
-    def share(self, key: str, make: Callable[[], bytes]) -> bytes:
+    def share(self, key: str, make: Callable[[], bytes], timeout_s: float = INIT_TIMEOUT_S) -> bytes:
         """Rank 0 runs ``make`` and every rank gets its bytes (through the store).
 
         If ``make`` fails on rank 0 the other ranks fail at once with its message instead of
-        waiting for the store's timeout.
+        waiting ``timeout_s`` for it.
         """
         if self.store is None:
             return make()
@@ -73,6 +73,13 @@ class Dist:
                 raise
             self.store.set(key, b"D" + data)
             return data
+        try:
+            self.store.wait([key], datetime.timedelta(seconds=timeout_s))
+        except RuntimeError as e:  # torch's DistStoreError is a RuntimeError
+            raise DatapipesError(
+                f"rank {self.rank}: rank 0 did not share {key!r} within {timeout_s:g}s (it lists the inputs,"
+                " takes the output lease and plans the units); see rank 0's log, or raise --timeout_s"
+            ) from e
         got = bytes(self.store.get(key))
         if got[:1] == b"E":
             raise DatapipesError(f"rank 0 could not start the job: {got[1:].decode(errors='replace')}")

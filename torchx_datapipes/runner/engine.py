@@ -164,7 +164,7 @@ class Engine:
 
     def plan(self) -> None:
         """Rank 0 takes the output lease, clears the output if asked, and plans; every rank uses that plan."""
-        data = orjson.loads(self.dist.share("plan", self._plan_on_rank0))
+        data = orjson.loads(self.dist.share("plan", self._plan_on_rank0, self.cfg.timeout_s))
         self.inputs = [(str(p), int(s)) for p, s in data["inputs"]]
         self.units = [Unit(**u) for u in data["units"]]
         check_disjoint(self.inputs, self.cfg.output)
