@@ -292,6 +292,8 @@ class Engine:
         self._check_files(metas)
         totals = {k: sum(int(m.get(k, 0)) for m in metas) for k in ("records_in", "bad", "blank_lines")}
         rate = check_error_rate(metas, sum(u.nbytes for u in self.units), c.max_error_rate, c.output)
+        if self.lease is not None:
+            self.lease.check()  # before finalize writes side files (stats.json, reports)
         extra = self.op.finalize(self, metas)
         self._remove_strays(metas)
         manifest = mf.base_manifest(self.op.name, [{"path": p, "size": s} for p, s in self.inputs], {})
