@@ -7,11 +7,12 @@ output is complete only when ``_SUCCESS`` exists. Readers trust nothing else.
 import hashlib
 import platform
 import time
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 import orjson
 
-from torchx_datapipes.io.fs import atomic_write, exists, fs_and_path, join, read_bytes
+from torchx_datapipes.io.checksum import write_file
+from torchx_datapipes.io.fs import exists, fs_and_path, join, read_bytes
 
 SUCCESS = "_SUCCESS"
 MANIFEST_VERSION = 1
@@ -26,7 +27,7 @@ def unit_meta_url(output: str, unit_name: str) -> str:
 
 
 def write_unit_meta(output: str, unit_name: str, meta: Dict[str, Any]) -> None:
-    atomic_write(unit_meta_url(output, unit_name), orjson.dumps(meta))
+    write_file(unit_meta_url(output, unit_name), orjson.dumps(meta))
 
 
 def read_unit_meta(output: str, unit_name: str, fp: str) -> Optional[Dict[str, Any]]:
@@ -59,16 +60,22 @@ def read_manifest(output: str) -> Dict[str, Any]:
 
 
 def write_manifest(output: str, manifest: Dict[str, Any]) -> None:
-    atomic_write(success_url(output), orjson.dumps(manifest, option=orjson.OPT_INDENT_2))
+    write_file(success_url(output), orjson.dumps(manifest, option=orjson.OPT_INDENT_2))
 
 
-def clear_output(output: str) -> None:
-    """Remove a previous result: ``_SUCCESS`` first, so it never looks complete midway."""
+def clear_output(output: str, keep: Tuple[str, ...] = ("_LEASE",)) -> None:
+    """Remove a previous result: ``_SUCCESS`` first, so it never looks complete midway.
+
+    Entries named in ``keep`` (the running job's output lease) stay.
+    """
     fs, path = fs_and_path(output)
     if fs.exists(f"{path}/{SUCCESS}"):
         fs.rm(f"{path}/{SUCCESS}")
-    if fs.exists(path):
-        fs.rm(path, recursive=True)
+    if not fs.exists(path):
+        return
+    for entry in fs.ls(path, detail=False):
+        if entry.rstrip("/").rsplit("/", 1)[-1] not in keep:
+            fs.rm(entry, recursive=True)
 
 
 def versions() -> Dict[str, str]:

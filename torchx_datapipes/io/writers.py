@@ -9,6 +9,7 @@ from typing import Any, List, Optional, Tuple
 
 import orjson
 
+from torchx_datapipes.io.checksum import FileSum, SummingFile, located
 from torchx_datapipes.io.formats import extra_hint
 from torchx_datapipes.io.fs import fs_and_path
 
@@ -21,7 +22,11 @@ def dumps(rec: Any) -> bytes:
 
 
 class PartWriter:
-    """Writes one part file (JSON Lines or Parquet) atomically."""
+    """Writes one part file (JSON Lines or Parquet) atomically, counting and hashing its bytes.
+
+    Any failure (a write, the close or the rename) removes the temporary file; an OSError such
+    as ENOSPC names the part being written.
+    """
 
     def __init__(self, url: str, fmt: str = "jsonl") -> None:
         if fmt not in OUTPUT_FORMATS:
@@ -29,10 +34,15 @@ class PartWriter:
         self.url, self.fmt = url, fmt
         self.fs, self.path = fs_and_path(url)
         parent = os.path.dirname(self.path)
-        self.fs.makedirs(parent, exist_ok=True)
         self.tmp = f"{parent}/.tmp-{uuid.uuid4().hex}-{os.path.basename(self.path)}"
-        self.fh: Any = self.fs.open(self.tmp, "wb")
+        try:
+            self.fs.makedirs(parent, exist_ok=True)
+            raw = self.fs.open(self.tmp, "wb")
+        except OSError as e:
+            raise located(e, url) from e
+        self.fh = SummingFile(raw, url)
         self.records = 0
+        self.committed = False
         self._pq: Any = None
 
     def write_encoded(self, lines: List[bytes]) -> None:
@@ -64,22 +74,44 @@ class PartWriter:
         self.records += len(recs)
 
     def commit(self) -> None:
-        if self._pq is not None:
-            self._pq.close()
-        elif self.fmt == "parquet":
-            import pyarrow as pa
-            import pyarrow.parquet as pq
+        try:
+            if self._pq is not None:
+                self._pq.close()
+            elif self.fmt == "parquet":
+                import pyarrow as pa
+                import pyarrow.parquet as pq
 
-            pq.write_table(pa.table({}), self.fh)
-        self.fh.close()
-        self.fs.mv(self.tmp, self.path)
+                pq.write_table(pa.table({}), self.fh)
+            self.fh.close()
+            self.fs.mv(self.tmp, self.path)
+        except OSError as e:
+            self.abort()
+            if self.url in str(e):
+                raise
+            raise located(e, self.url) from e
+        except BaseException:
+            self.abort()
+            raise
+        self.committed = True
+
+    def file_sum(self, rel: str) -> FileSum:
+        """The committed part's size and checksum, recorded under ``rel`` (relative to the output)."""
+        if not self.committed:
+            raise RuntimeError(f"{self.url} is not committed")
+        return FileSum(rel, self.fh.size, self.fh.hexdigest())
 
     def abort(self) -> None:
         try:
-            self.fh.close()
+            if not self.fh.closed:
+                self.fh.close()
+        except OSError:
+            pass  # the part is being thrown away; the caller's error is the one to report
         finally:
-            if self.fs.exists(self.tmp):
-                self.fs.rm(self.tmp)
+            try:
+                if self.fs.exists(self.tmp):
+                    self.fs.rm(self.tmp)
+            except OSError:
+                pass
 
 
 def encode_checked(recs: List[Any]) -> Tuple[List[bytes], List[Tuple[int, str]]]:

@@ -7,8 +7,9 @@ from typing import Any, Dict, List, Optional
 import orjson
 
 from torchx_datapipes.errors import InputError
+from torchx_datapipes.io.checksum import FileSum, write_summed
 from torchx_datapipes.io.formats import BadRecord, UnitReader
-from torchx_datapipes.io.fs import atomic_write, join
+from torchx_datapipes.io.fs import join
 
 
 class OnError(str, enum.Enum):
@@ -66,6 +67,7 @@ class ErrorSink:
         self.reader, self.policy, self.output, self.fn_name = reader, policy, output, fn_name
         self.items: List[Dict[str, Any]] = []
         self._seen_parse = 0
+        self.file: Optional[FileSum] = None  # the committed _errors/ part, if any
 
     @property
     def path(self) -> str:
@@ -110,9 +112,9 @@ class ErrorSink:
     def commit(self, unit_name: str) -> Optional[str]:
         if not self.items:
             return None
-        url = join(self.output, "_errors", f"part-{unit_name}.jsonl")
-        atomic_write(url, b"".join(orjson.dumps(i) + b"\n" for i in self.items))
-        return url
+        rel = f"_errors/part-{unit_name}.jsonl"
+        self.file = write_summed(self.output, rel, b"".join(orjson.dumps(i) + b"\n" for i in self.items))
+        return join(self.output, rel)
 
 
 def _dump(rec: Any) -> str:

@@ -7,22 +7,29 @@ relaunches resume. After a barrier, rank 0 checks that every unit committed and 
 ``_SUCCESS`` last.
 """
 
+import contextlib
 import ctypes
 import multiprocessing as mp
+import os
 import signal
 import sys
+import threading
 import time
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Protocol, Tuple
 
+import orjson
+
 from torchx_datapipes.errors import DatapipesError, OutputExistsError
 from torchx_datapipes.io import manifest as mf
+from torchx_datapipes.io.checksum import verify, verify_sizes
 from torchx_datapipes.io.formats import UnitReader
 from torchx_datapipes.io.fs import check_disjoint, expand_inputs, fs_and_path, join
+from torchx_datapipes.io.lease import Lease, run_identity
 from torchx_datapipes.io.units import Unit, assign, plan_units
 from torchx_datapipes.runner.badrecords import ErrorSink, OnError
-from torchx_datapipes.runner.dist import Dist
+from torchx_datapipes.runner.dist import Dist, die_with_agent
 from torchx_datapipes.runner.progress import Progress
 
 
@@ -38,7 +45,7 @@ class RunConfig:
     num_workers: int = 1
     batch_size: int = 1024
     on_error: OnError = OnError.RAISE
-    max_error_rate: float = 1.0
+    max_error_rate: float = 0.1  # max(bad records / records in, lost bytes / input bytes)
     overwrite: bool = False
     unit_mb: float = 64.0
     timeout_s: float = 6 * 3600.0
@@ -88,12 +95,10 @@ class Engine:
         self.cfg, self.op, self.fn_label = cfg, op, fn_label
         self.dist = dist or Dist.from_env()
         self.t0 = time.time()
-        self.inputs = expand_inputs(list(cfg.inputs))
-        check_disjoint(self.inputs, cfg.output)
-        self.units = plan_units(self.inputs, cfg.format, cfg.unit_mb)
-        self.fingerprint = mf.fingerprint(
-            {"op": op.name, "sha256": cfg.sha256, "options": self.options(), "inputs": self.inputs}
-        )
+        self.inputs: List[Tuple[str, int]] = []  # planned in execute(): rank 0 plans, every rank uses it
+        self.units: List[Unit] = []
+        self.fingerprint = ""
+        self.lease: Optional[Lease] = None
 
     def options(self) -> Dict[str, Any]:
         c = self.cfg
@@ -106,24 +111,78 @@ class Engine:
             **self.op.options(),
         }
 
+    def request(self) -> str:
+        """What was asked for (not what the input holds now): a restart of this job must match it."""
+        c = self.cfg
+        return mf.fingerprint(
+            {"op": self.op.name, "sha256": c.sha256, "options": self.options(), "inputs": list(c.inputs),
+             "output": c.output}
+        )  # fmt: skip
+
     # -- lifecycle ------------------------------------------------------------------------
     def execute(self) -> Optional[Dict[str, Any]]:
         """Run the whole job on this rank; rank 0 returns the manifest."""
-        c, d = self.cfg, self.dist
-        if mf.has_success(c.output) and not c.overwrite:
-            raise OutputExistsError(
-                f"{mf.success_url(c.output)} exists: {c.output} already holds a complete result."
-                " Pass --overwrite True to replace it, or choose another --output"
-            )
+        d = self.dist
+        die_with_agent()
+        if self._already_complete():
+            return mf.read_manifest(self.cfg.output) if d.rank == 0 else None
         d.init()
-        if c.overwrite and d.rank == 0 and d.restart == 0:
-            mf.clear_output(c.output)
-        self.barrier()
-        self.op.run(self)
-        self.barrier()
-        manifest = self.commit() if d.rank == 0 else None
+        try:
+            self.plan()
+            self.barrier()
+            self.op.run(self)
+            self.barrier()
+            if d.rank != 0:
+                _hold_on_to_success()  # past the final barrier: a late kill must not fail the job
+                manifest = None
+            else:
+                manifest = self.commit()
+        finally:
+            if self.lease is not None:
+                self.lease.release()
         d.close()
         return manifest
+
+    def _already_complete(self) -> bool:
+        """True if this very job wrote ``_SUCCESS`` (a restarted rank); refuse any other complete output."""
+        c, d = self.cfg, self.dist
+        if not mf.has_success(c.output):
+            return False
+        job = mf.read_manifest(c.output).get("job") or {}
+        run_id = run_identity()
+        same = run_id is not None and job.get("run_id") == run_id and job.get("request") == self.request()
+        if same and (d.restart > 0 or d.rank > 0):
+            print(f"output already complete: {mf.success_url(c.output)} was written by this job"
+                  f" (run {job['run_id']}); nothing to do", file=sys.stderr, flush=True)  # fmt: skip
+            return True
+        if c.overwrite:
+            return False
+        raise OutputExistsError(
+            f"{mf.success_url(c.output)} exists: {c.output} already holds a complete result."
+            " Pass --overwrite True to replace it, or choose another --output"
+        )
+
+    def plan(self) -> None:
+        """Rank 0 takes the output lease, clears the output if asked, and plans; every rank uses that plan."""
+        data = orjson.loads(self.dist.share("plan", self._plan_on_rank0, self.cfg.timeout_s))
+        self.inputs = [(str(p), int(s)) for p, s in data["inputs"]]
+        self.units = [Unit(**u) for u in data["units"]]
+        check_disjoint(self.inputs, self.cfg.output)
+        self.fingerprint = mf.fingerprint(
+            {"op": self.op.name, "sha256": self.cfg.sha256, "options": self.options(), "inputs": self.inputs,
+             "units": data["units"]}
+        )  # fmt: skip
+
+    def _plan_on_rank0(self) -> bytes:
+        c = self.cfg
+        inputs = expand_inputs(list(c.inputs))
+        check_disjoint(inputs, c.output)
+        self.lease = Lease.acquire(c.output)
+        if c.overwrite and self.dist.restart == 0:
+            mf.clear_output(c.output)
+        self.lease.start_heartbeat()
+        units = plan_units(inputs, c.format, c.unit_mb)
+        return orjson.dumps({"inputs": inputs, "units": [u.to_json() for u in units]})
 
     def barrier(self) -> None:
         self.dist.barrier(self.cfg.timeout_s)
@@ -144,7 +203,9 @@ class Engine:
         try:
             ctx = mp.get_context("fork")
             with ProcessPoolExecutor(len(mine), mp_context=ctx, initializer=_die_with_parent) as pool:
-                for f in [pool.submit(_slot_in_child, s) for s in mine]:
+                with self.lease.busy if self.lease is not None else contextlib.nullcontext():
+                    futures = [pool.submit(_slot_in_child, s) for s in mine]  # forks: no heartbeat in flight
+                for f in futures:
                     f.result()
         finally:
             _ACTIVE = None
@@ -161,7 +222,7 @@ class Engine:
         done = skipped = 0
         for unit in units:
             name = self.meta_name(unit, pass_name)
-            if mf.read_unit_meta(self.cfg.output, name, self.fingerprint) is not None:
+            if self.committed(unit, name, label):
                 skipped += 1
             else:
                 self.process(unit, name, fn, progress)
@@ -171,13 +232,30 @@ class Engine:
             print(f"[{label}] resumed: skipped {skipped} committed unit(s)", file=sys.stderr, flush=True)
         return {"slot": slot, "done": done, "skipped": skipped, "records": progress.records}
 
+    def committed(self, unit: Unit, name: str, label: str) -> bool:
+        """The unit committed by this job and every file it wrote is intact (else it is redone)."""
+        meta = mf.read_unit_meta(self.cfg.output, name, self.fingerprint)
+        if meta is None:
+            return False
+        files = meta.get("files")
+        why = "its commit record lists no files" if files is None else verify(self.cfg.output, files)
+        if why is None:
+            return True
+        print(
+            f"[{label}] redoing committed unit {name} ({unit.describe()}): {why}", file=sys.stderr, flush=True
+        )
+        return False
+
     def process(self, unit: Unit, name: str, fn: UnitFn, progress: Progress) -> None:
         t = time.time()
         reader = UnitReader(unit, self.cfg.batch_size)
         reader.on_batch = progress.update
         sink = ErrorSink(reader, self.cfg.on_error, self.cfg.output, self.fn_label)
         extra = fn(unit, reader, sink)
+        files: List[Dict[str, Any]] = [f.to_json() for f in extra.pop("files", [])]
         errors = sink.commit(name)
+        if sink.file is not None:
+            files.append(sink.file.to_json())
         meta = {
             "fingerprint": self.fingerprint,
             "unit": unit.to_json(),
@@ -188,7 +266,11 @@ class Engine:
             "errors": errors,
             "wall_s": round(time.time() - t, 4),
             **extra,
+            "files": files,
         }
+        bytes_read = getattr(reader, "bytes_read", None)
+        if bytes_read is not None:
+            meta["bytes_read"] = bytes_read
         mf.write_unit_meta(self.cfg.output, name, meta)
 
     def load_metas(self, pass_name: str) -> List[Dict[str, Any]]:
@@ -207,14 +289,11 @@ class Engine:
     def commit(self) -> Dict[str, Any]:
         c = self.cfg
         metas = self.load_metas("main")
+        self._check_files(metas)
         totals = {k: sum(int(m.get(k, 0)) for m in metas) for k in ("records_in", "bad", "blank_lines")}
-        rate = totals["bad"] / totals["records_in"] if totals["records_in"] else 0.0
-        if rate > c.max_error_rate:
-            raise DatapipesError(
-                f"{totals['bad']} of {totals['records_in']} records were bad ({rate:.2%}), above"
-                f" --max_error_rate {c.max_error_rate:g}; see {join(c.output, '_errors')}/ for file, line"
-                " and error of each; fix the input or raise --max_error_rate"
-            )
+        rate = check_error_rate(metas, sum(u.nbytes for u in self.units), c.max_error_rate, c.output)
+        if self.lease is not None:
+            self.lease.check()  # before finalize writes side files (stats.json, reports)
         extra = self.op.finalize(self, metas)
         self._remove_strays(metas)
         manifest = mf.base_manifest(self.op.name, [{"path": p, "size": s} for p, s in self.inputs], {})
@@ -222,31 +301,85 @@ class Engine:
             {
                 "options": self.options(),
                 "artifact": {"url": c.artifact, "sha256": c.sha256},
+                "job": {
+                    "run_id": run_identity(),
+                    "request": self.request(),
+                    "fingerprint": self.fingerprint,
+                },
                 "world_size": self.dist.world_size,
                 "num_workers": c.num_workers,
                 "records_in": totals["records_in"],
                 "bad": totals["bad"],
                 "blank_lines": totals["blank_lines"],
+                "lost_bytes": sum(int(m.get("lost_bytes", 0)) for m in metas),
                 "error_rate": rate,
+                "max_error_rate": c.max_error_rate,
                 "errors_dir": join(c.output, "_errors") if totals["bad"] else None,
                 "wall_time_s": round(time.time() - self.t0, 3),
                 **extra,
                 "units": [_unit_summary(m) for m in metas],
             }
         )
+        if self.lease is not None:
+            self.lease.check()
         mf.write_manifest(c.output, manifest)
+        _hold_on_to_success()  # _SUCCESS is in place: a kill from now on must not fail the job
         return manifest
 
+    def _check_files(self, metas: List[Dict[str, Any]]) -> None:
+        """Every committed file is present with its recorded size (one listing of the output)."""
+        problems = verify_sizes(self.cfg.output, [f for m in metas for f in m.get("files", [])])
+        if problems:
+            raise DatapipesError(
+                f"{len(problems)} committed file(s) changed after their unit committed:"
+                f" {'; '.join(problems[:5])}."
+                " Something else writes this output; relaunch the same command to redo those units"
+            )
+
     def _remove_strays(self, metas: List[Dict[str, Any]]) -> None:
-        """Drop temp files of killed workers and parts left by an earlier, different job."""
+        """Drop temp files of killed workers, stale leases, and parts left by an earlier, different job."""
         fs, root = fs_and_path(self.cfg.output)
         keep = {f"{root}/{p}" for m in metas for p in m.get("outputs", [])}
         keep |= {fs_and_path(m["errors"])[1] for m in metas if m.get("errors")}
         for p in fs.find(root):
             base = p.rsplit("/", 1)[-1]
             stray_part = base.startswith("part-") and p not in keep
-            if base.startswith(".tmp-") or stray_part:
-                fs.rm(p)
+            if (base.startswith((".tmp-", "_LEASE.stale-")) or stray_part) and not base.endswith("-_LEASE"):
+                try:  # the lease's heartbeat writes .tmp-*-_LEASE files of its own: leave them
+                    fs.rm(p)
+                except FileNotFoundError:
+                    pass
+
+
+def check_error_rate(metas: List[Dict[str, Any]], input_bytes: int, limit: float, output: str) -> float:
+    """The error rate, max(bad records / records in, lost bytes / input bytes); raise above ``limit``."""
+    records_in = sum(int(m.get("records_in", 0)) for m in metas)
+    bad = sum(int(m.get("bad", 0)) for m in metas)
+    lost = sum(int(m.get("lost_bytes", 0)) for m in metas)
+    rate = max(bad / records_in if records_in else 0.0, lost / input_bytes if input_bytes else 0.0)
+    if rate > limit:
+        lost_note = (
+            f" and {lost:,} of {input_bytes:,} input bytes were lost (unreadable units)" if lost else ""
+        )
+        raise DatapipesError(
+            f"{bad:,} of {records_in:,} records were bad{lost_note}:"
+            f" error rate {rate:.2%}, above"
+            f" --max_error_rate {limit:g} (default 0.1); see {join(output, '_errors')}/ for file, line and"
+            " error of each. Fix the input or the function, or rerun with a higher --max_error_rate"
+            " (1.0 accepts any share of bad records)"
+        )
+    return rate
+
+
+def _hold_on_to_success() -> None:
+    """Under torchrun, ignore SIGTERM/SIGINT from now on: the result is decided, a late kill must not flip it.
+
+    (torchrun SIGTERMs every rank as soon as one exits non-zero; a rank past the final barrier, or
+    rank 0 once ``_SUCCESS`` is in place, then finishes and exits 0.) In-process callers keep their handlers.
+    """
+    if "TORCHELASTIC_RUN_ID" in os.environ and threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 def _unit_summary(m: Dict[str, Any]) -> Dict[str, Any]:

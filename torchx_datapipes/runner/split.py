@@ -20,8 +20,9 @@ from typing import Any
 import numpy as np
 import orjson
 
+from torchx_datapipes.io.checksum import write_file, write_summed
 from torchx_datapipes.io.formats import UnitReader
-from torchx_datapipes.io.fs import atomic_write, fs_and_path, join, read_bytes
+from torchx_datapipes.io.fs import fs_and_path, join, read_bytes
 from torchx_datapipes.io.units import Unit
 from torchx_datapipes.io.writers import PartWriter, encode_checked, part_name
 from torchx_datapipes.runner.apply import Applier
@@ -97,7 +98,7 @@ class SplitOp:
                     start += n
             merged = {c: np.concatenate(parts) for c, parts in per_class.items()}
             assigner = StratifiedHashAssigner.from_hashes(merged, self.fractions)
-            atomic_write(url, orjson.dumps(assigner.to_dict()))
+            write_file(url, orjson.dumps(assigner.to_dict()))
         engine.barrier()
         self.strat_hash = StratifiedHashAssigner.from_dict(orjson.loads(read_bytes(url)))
 
@@ -123,8 +124,8 @@ class SplitOp:
             rel = f"{SIDE_DIR}/hashes-{unit.name}.bin"
             empty = np.empty(0, dtype=np.uint64)
             data = [np.concatenate(hashes[c]) if c in hashes else empty for c in meta["class_counts"]]
-            atomic_write(join(self.cfg.output, rel), np.concatenate([empty, *data]).tobytes())
-            meta["hashes"] = rel
+            written = write_summed(self.cfg.output, rel, np.concatenate([empty, *data]).tobytes())
+            meta["hashes"], meta["files"] = rel, [written]
         return meta
 
     def split_unit(self, unit: Unit, reader: UnitReader, sink: ErrorSink) -> dict[str, Any]:
@@ -155,6 +156,7 @@ class SplitOp:
             "filtered": applier.filtered if applier is not None else 0,
             "counts": {s: w.records for s, w in zip(names, writers)},
             "outputs": rels,
+            "files": [w.file_sum(r) for w, r in zip(writers, rels)],
         }
         if self.stratify:
             table: dict[str, dict[str, int]] = {}

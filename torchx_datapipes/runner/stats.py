@@ -10,8 +10,9 @@ from typing import Any, Callable, Dict, List, Optional
 import orjson
 
 from torchx_datapipes.io import manifest as mf
+from torchx_datapipes.io.checksum import write_file, write_summed
 from torchx_datapipes.io.formats import UnitReader
-from torchx_datapipes.io.fs import atomic_write, join, read_bytes
+from torchx_datapipes.io.fs import join, read_bytes
 from torchx_datapipes.io.units import Unit
 from torchx_datapipes.runner.apply import Applier
 from torchx_datapipes.runner.badrecords import ErrorSink
@@ -58,8 +59,8 @@ class StatsOp:
                 sink.drain_parse_errors()
                 partial.update(recs)
             sink.drain_parse_errors()
-        atomic_write(self.partial_url(unit), partial.to_bytes())
-        return {"records_out": partial.records, "filtered": filtered}
+        written = write_summed(self.output, f"_units/{unit.name}.stats", partial.to_bytes())
+        return {"records_out": partial.records, "filtered": filtered, "files": [written]}
 
     def finalize(self, engine: Any, metas: List[Dict[str, Any]]) -> Dict[str, Any]:
         merged = StatsPartial(self.config)
@@ -84,7 +85,7 @@ class StatsOp:
                 "manifest": {**manifest, "num_workers": engine.cfg.num_workers},
             }
         )
-        atomic_write(join(self.output, STATS_JSON), orjson.dumps(doc, option=orjson.OPT_INDENT_2))
+        write_file(join(self.output, STATS_JSON), orjson.dumps(doc, option=orjson.OPT_INDENT_2))
         write_reports(doc, self.output)
         return {
             "records_described": merged.records,

@@ -50,6 +50,7 @@ class TransformOp:
             writer.abort()
             raise
         meta: Dict[str, Any] = {"records_out": writer.records, "filtered": applier.filtered, "outputs": [rel]}
+        meta["files"] = [writer.file_sum(rel)]
         if self.memo is not None and before is not None:
             meta["cache"] = stats_delta(before, self.memo.stats())
         return meta
