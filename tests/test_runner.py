@@ -249,3 +249,12 @@ def test_output_inside_inputs_is_refused(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="lies inside --output"):
         run(tmp_path, identity, str(tmp_path / "d/*.jsonl"), "d", "--overwrite", "True")
     assert len(list((tmp_path / "d").glob("*.jsonl"))) == 1  # the input survived
+
+
+def test_artifact_without_sha256_is_fingerprinted_by_its_url(tmp_path: Path) -> None:
+    """A hand-started runner given only --artifact still pins (and fingerprints) the artifact's sha256."""
+    make_dataset(tmp_path / "d", [5])
+    ref = artifact.package(identity, str(tmp_path / "store"))
+    out = tmp_path / "o"
+    m = main(["transform", "--input", str(tmp_path / "d"), "--output", str(out), "--artifact", ref.url])
+    assert m is not None and m["artifact"]["sha256"] == ref.sha256

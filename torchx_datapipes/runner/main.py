@@ -39,7 +39,7 @@ def to_config(args: argparse.Namespace) -> RunConfig:
         inputs=tuple(split_patterns(args.input)),
         output=args.output.rstrip("/"),
         artifact=args.artifact,
-        sha256=args.sha256,
+        sha256=_sha256(args),
         format=args.format,
         output_format=getattr(args, "output_format", "jsonl"),
         num_workers=args.num_workers,
@@ -51,6 +51,15 @@ def to_config(args: argparse.Namespace) -> RunConfig:
         timeout_s=args.timeout_s,
         progress_s=args.progress_s,
     )
+
+
+def _sha256(args: argparse.Namespace) -> Optional[str]:
+    """The artifact's sha256: pinned by --sha256, else read from the URL (the job fingerprint covers it)."""
+    if args.sha256 or not args.artifact:
+        return args.sha256  # type: ignore[no-any-return]
+    from torchx_datapipes import artifact
+
+    return artifact.sha256_of_url(args.artifact)
 
 
 def load_fn(args: argparse.Namespace) -> Optional[Callable[..., Any]]:
