@@ -89,7 +89,7 @@ class Engine:
         self.dist = dist or Dist.from_env()
         self.t0 = time.time()
         self.inputs = expand_inputs(list(cfg.inputs))
-        check_disjoint(self.inputs, cfg.output)
+        check_disjoint(self.inputs, cfg.output, cfg.inputs)
         self.units = plan_units(self.inputs, cfg.format, cfg.unit_mb)
         self.fingerprint = mf.fingerprint(
             {"op": op.name, "sha256": cfg.sha256, "options": self.options(), "inputs": self.inputs}
