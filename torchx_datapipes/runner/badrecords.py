@@ -7,6 +7,7 @@ from typing import Any, Dict, List, Optional
 import orjson
 
 from torchx_datapipes.errors import InputError
+from torchx_datapipes.io.bigints import dumps
 from torchx_datapipes.io.formats import BadRecord, UnitReader
 from torchx_datapipes.io.fs import atomic_write, join
 
@@ -84,6 +85,9 @@ class ErrorSink:
         self._add(BadRecord(line, f"{type(e).__name__}: {e}", raw, stage), tb)
 
     def _add(self, b: BadRecord, tb: Optional[str] = None) -> None:
+        if b.stage == "unit":
+            self._bad_unit(b)
+            return
         line = self.reader.absolute(b.line)
         if self.policy is OnError.RAISE:
             what = "cannot parse record" if b.stage == "parse" else f"{self.fn_name} raised {b.error}"
@@ -103,6 +107,27 @@ class ErrorSink:
             item["traceback"] = tb
         self.items.append(item)
 
+    def _bad_unit(self, b: BadRecord) -> None:
+        """A unit that could not be read to its end (a cut or corrupt compressed stream)."""
+        if self.policy is OnError.RAISE:
+            raise RecordError(
+                f"{self.path}: {b.error}; the records after line {b.line} are missing."
+                f" fix: re-fetch or recompress the file (check it with gzip -t / zstd -t / xz -t / bzip2 -t),"
+                f" or rerun with --on_error skip to keep the {b.line} lines read, record the unit in"
+                f" {join(self.output, '_errors')}/ and count its lost bytes against --max_error_rate"
+            )
+        lost = self.reader.lost_bytes
+        self.items.append(
+            {
+                "file": self.path,
+                "line": b.line,
+                "stage": "unit",
+                "error": b.error,
+                "raw": "",
+                "lost_bytes": lost,
+            }
+        )
+
     @property
     def count(self) -> int:
         return len(self.items)
@@ -117,6 +142,6 @@ class ErrorSink:
 
 def _dump(rec: Any) -> str:
     try:
-        return orjson.dumps(rec, option=orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_NON_STR_KEYS).decode()
+        return dumps(rec).decode()  # exact, big integers included
     except TypeError:
         return repr(rec)[:2000]

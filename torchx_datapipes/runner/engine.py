@@ -185,6 +185,8 @@ class Engine:
             "parsed": reader.records,
             "blank_lines": reader.blank,
             "bad": sink.count,
+            "bad_units": reader.bad_units,
+            "lost_bytes": reader.lost_bytes,
             "errors": errors,
             "wall_s": round(time.time() - t, 4),
             **extra,

@@ -1,0 +1,141 @@
+"""Byte streams of one input file as planned: capped at the planned size, decompressed with a check.
+
+Two promises live here. A unit never reads past the size the plan recorded (bytes appended
+during a run belong to the next run), and a compressed stream that ends before its
+end-of-stream marker raises :class:`TruncatedError` instead of returning short data
+(zstandard's streaming reader and fsspec's wrapper return short data silently on a truncated
+frame; gzip, bz2 and lzma raise a bare ``EOFError`` that names no file).
+"""
+
+import bz2
+import io
+import lzma
+import zlib
+from typing import Any, Callable, Optional, Tuple
+
+_RAW_CHUNK = 1 << 20
+
+
+class TruncatedError(EOFError):
+    """The compressed stream ended before its end-of-stream marker."""
+
+
+class CorruptError(ValueError):
+    """The compressed stream could not be decoded."""
+
+
+class Capped(io.RawIOBase):
+    """A raw file that ends at ``cap`` bytes (the planned size), whatever was appended since."""
+
+    def __init__(self, fh: Any, cap: int) -> None:
+        super().__init__()
+        self.fh, self.cap, self.pos, self.consumed = fh, cap, 0, 0
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        target = {io.SEEK_SET: offset, io.SEEK_CUR: self.pos + offset, io.SEEK_END: self.cap + offset}[whence]
+        self.pos = max(0, min(self.cap, target))
+        self.fh.seek(self.pos)
+        return self.pos
+
+    def tell(self) -> int:
+        return self.pos
+
+    def readinto(self, buf: Any) -> int:
+        want = min(len(buf), self.cap - self.pos)
+        if want <= 0:
+            return 0
+        data = self.fh.read(want)
+        n = len(data)
+        buf[:n] = data
+        self.pos += n
+        self.consumed += n
+        return n
+
+    def close(self) -> None:
+        try:
+            self.fh.close()
+        finally:
+            super().close()
+
+
+def _zstd() -> Any:
+    import zstandard
+
+    return zstandard.ZstdDecompressor().decompressobj()
+
+
+_DECOMPRESSORS: dict[str, Callable[[], Any]] = {
+    "gzip": lambda: zlib.decompressobj(wbits=31),
+    "bz2": bz2.BZ2Decompressor,
+    "xz": lzma.LZMADecompressor,
+    "zstd": _zstd,
+}
+
+
+class Decompressing(io.RawIOBase):
+    """Decompresses ``raw`` (concatenated members/frames too); raises :class:`TruncatedError` at a cut."""
+
+    def __init__(self, raw: Capped, compression: str) -> None:
+        super().__init__()
+        self.raw, self.compression = raw, compression
+        self._new = _DECOMPRESSORS[compression]
+        self._dec: Any = self._new()
+        self._fed = False  # the current decompressor has seen input (a member is open)
+        self._pending = b""
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buf: Any) -> int:
+        while not self._pending:
+            if not self._fill():
+                return 0
+        n = min(len(buf), len(self._pending))
+        buf[:n] = self._pending[:n]
+        self._pending = self._pending[n:]
+        return n
+
+    def _fill(self) -> bool:
+        """Decompress more input into ``_pending``; False at a clean end of stream."""
+        data = self.raw.read(_RAW_CHUNK)
+        if not data:
+            if self._fed and not self._dec.eof:
+                raise TruncatedError(f"{self.compression} stream ends before its end-of-stream marker")
+            return False
+        while data:
+            if self._dec.eof:  # the next member or frame of a concatenated file
+                self._dec, self._fed = self._new(), False
+            try:
+                self._pending += self._dec.decompress(data)
+            except Exception as e:  # zlib.error, OSError, lzma.LZMAError, zstandard.ZstdError, ...
+                raise CorruptError(f"{self.compression} stream is corrupt: {e}") from e
+            self._fed = True
+            data = self._dec.unused_data if self._dec.eof else b""
+            if data and not data.strip(b"\0"):
+                data = b""  # zero padding after the last member
+        return True
+
+    def close(self) -> None:
+        try:
+            self.raw.close()
+        finally:
+            super().close()
+
+
+def open_capped(fh: Any, cap: int, compression: Optional[str], buffered: bool) -> Tuple[Any, Capped]:
+    """``fh`` limited to ``cap`` raw bytes and decompressed if ``compression``: ``(stream, raw)``.
+
+    Uncompressed streams are always buffered (readline, seek); a compressed one only if asked,
+    since an unbuffered one hands out every byte decoded before a cut.
+    """
+    raw = Capped(fh, cap)
+    stream: Any = raw if compression is None else Decompressing(raw, compression)
+    if buffered or compression is None:
+        return io.BufferedReader(stream, buffer_size=1 << 16), raw
+    return stream, raw
