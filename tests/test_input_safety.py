@@ -353,3 +353,34 @@ def test_non_object_json_lines_are_bad_records(tmp_path: Path) -> None:
         "s",
         {"id": 2},
     ]
+
+
+def test_text_input_yields_strings_whatever_they_look_like(tmp_path: Path) -> None:
+    f = tmp_path / "d/t.txt"
+    f.parent.mkdir()
+    f.write_bytes(b"[1, 2, 3]\nnull\n\nplain\n")
+    (unit,) = plan_units(expand_inputs([str(f)]))
+    recs, reader = _read_all(unit)
+    assert recs == ["[1, 2, 3]", "null", "plain"] and reader.blank == 1 and not reader.bad
+
+
+def test_a_parquet_file_rewritten_during_the_run_is_refused(tmp_path: Path) -> None:
+    pa = pytest.importorskip("pyarrow")
+    import pyarrow.parquet as pq
+
+    f = tmp_path / "a.parquet"
+    pq.write_table(pa.table({"id": list(range(10))}), f)
+    (unit,) = plan_units(expand_input_files([str(f)]))
+    pq.write_table(pa.table({"id": list(range(50))}), f)
+    with pytest.raises(InputError, match=r"a\.parquet changed during the run \(was rewritten\)"):
+        _read_all(unit)
+
+
+def test_a_file_that_is_not_gzip_is_a_bad_unit_naming_it(tmp_path: Path) -> None:
+    f = tmp_path / "d/fake.jsonl.gz"
+    f.parent.mkdir()
+    f.write_bytes(b'{"id": 1}\n')
+    with pytest.raises(InputError, match=r"fake\.jsonl\.gz: compressed stream is corrupt after 0 lines"):
+        transform(tmp_path, str(f), str(tmp_path / "o"))
+    m = transform(tmp_path, str(f), str(tmp_path / "o2"), "--on_error", "skip")
+    assert m["units"][0]["bad_units"] == 1 and m["units"][0]["lost_bytes"] > 0
