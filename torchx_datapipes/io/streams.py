@@ -13,7 +13,8 @@ import lzma
 import zlib
 from typing import Any, Callable, Optional, Tuple
 
-_RAW_CHUNK = 1 << 20
+_RAW_CHUNK = 1 << 18
+_OUT_MAX = 1 << 23
 
 
 class TruncatedError(EOFError):
@@ -79,7 +80,11 @@ _DECOMPRESSORS: dict[str, Callable[[], Any]] = {
 
 
 class Decompressing(io.RawIOBase):
-    """Decompresses ``raw`` (concatenated members/frames too); raises :class:`TruncatedError` at a cut."""
+    """Decompresses ``raw`` (concatenated members/frames too); raises :class:`TruncatedError` at a cut.
+
+    Output is produced in pieces of at most ``_OUT_MAX`` bytes where the codec allows it
+    (zlib, bz2, lzma), so a highly compressed chunk never becomes one huge buffer.
+    """
 
     def __init__(self, raw: Capped, compression: str) -> None:
         super().__init__()
@@ -87,38 +92,64 @@ class Decompressing(io.RawIOBase):
         self._new = _DECOMPRESSORS[compression]
         self._dec: Any = self._new()
         self._fed = False  # the current decompressor has seen input (a member is open)
+        self._tail = b""  # zlib's input not yet consumed (its output limit was reached)
+        self._leftover = b""  # input after the end of a member: the next member's start
         self._pending = b""
+        self._off = 0
 
     def readable(self) -> bool:
         return True
 
     def readinto(self, buf: Any) -> int:
-        while not self._pending:
+        while self._off >= len(self._pending):
             if not self._fill():
                 return 0
-        n = min(len(buf), len(self._pending))
-        buf[:n] = self._pending[:n]
-        self._pending = self._pending[n:]
+        n = min(len(buf), len(self._pending) - self._off)
+        buf[:n] = self._pending[self._off : self._off + n]
+        self._off += n
         return n
 
+    def _more_output(self) -> bool:
+        """The decompressor holds output it could not hand out (its output limit was reached)."""
+        if self.compression == "gzip":
+            return bool(self._tail)
+        if self.compression in ("bz2", "xz"):
+            return not self._dec.eof and not self._dec.needs_input
+        return False
+
+    def _step(self, data: bytes) -> bytes:
+        d = self._dec
+        if self.compression == "gzip":
+            out = d.decompress(self._tail + data, _OUT_MAX)
+            self._tail = d.unconsumed_tail
+            return out  # type: ignore[no-any-return]
+        if self.compression in ("bz2", "xz"):
+            return d.decompress(data, _OUT_MAX)  # type: ignore[no-any-return]
+        return d.decompress(data)  # type: ignore[no-any-return]
+
     def _fill(self) -> bool:
-        """Decompress more input into ``_pending``; False at a clean end of stream."""
-        data = self.raw.read(_RAW_CHUNK)
-        if not data:
-            if self._fed and not self._dec.eof:
-                raise TruncatedError(f"{self.compression} stream ends before its end-of-stream marker")
-            return False
-        while data:
-            if self._dec.eof:  # the next member or frame of a concatenated file
-                self._dec, self._fed = self._new(), False
-            try:
-                self._pending += self._dec.decompress(data)
-            except Exception as e:  # zlib.error, OSError, lzma.LZMAError, zstandard.ZstdError, ...
-                raise CorruptError(f"{self.compression} stream is corrupt: {e}") from e
-            self._fed = True
-            data = self._dec.unused_data if self._dec.eof else b""
-            if data and not data.strip(b"\0"):
-                data = b""  # zero padding after the last member
+        """Decompress more into ``_pending``; False at a clean end of the stream."""
+        more = self._more_output()
+        data, self._leftover = (self._leftover, b"") if self._leftover else (b"", b"")
+        if not data and not more:
+            data = self.raw.read(_RAW_CHUNK)
+            if not data:
+                if self._fed and not self._dec.eof:
+                    raise TruncatedError(f"{self.compression} stream ends before its end-of-stream marker")
+                return False
+        if self._dec.eof and not data.strip(b"\0"):
+            return True  # zero padding after the last member (read on)
+        if self._dec.eof:  # the next member or frame of a concatenated file
+            self._dec, self._fed, self._tail = self._new(), False, b""
+        try:
+            out = self._step(data)
+        except Exception as e:  # zlib.error, OSError, lzma.LZMAError, zstandard.ZstdError, ...
+            raise CorruptError(f"{self.compression} stream is corrupt: {e}") from e
+        self._fed = True
+        if self._dec.eof:
+            rest = self._dec.unused_data
+            self._leftover = rest if rest.strip(b"\0") else b""  # zero padding after the last member
+        self._pending, self._off = out, 0
         return True
 
     def close(self) -> None:
