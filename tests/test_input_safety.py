@@ -130,6 +130,7 @@ def test_truncated_unit_under_skip_keeps_good_records_and_reports_the_loss(tmp_p
     unit = m["units"][0]
     assert unit["bad_units"] == 1 and unit["lost_bytes"] == len(cut)  # unknown how much: the unit
     out = read_output(tmp_path / "o")
+    assert unit["records_in"] == len(out) and unit["bad"] == 1  # lines read; the unit's one entry
     assert 0 < len(out) < 100_000 and [r["id"] for r in out] == list(range(len(out)))  # a clean prefix
     (err,) = [orjson.loads(x) for x in (tmp_path / "o/_errors/part-00000.jsonl").read_bytes().splitlines()]
     assert err["stage"] == "unit" and err["file"] == str(f) and err["line"] == len(out)
@@ -143,8 +144,17 @@ def test_concatenated_and_intact_compressed_files_read_completely(tmp_path: Path
     (tmp_path / "d").mkdir()
     (tmp_path / "d/multi.jsonl.zst").write_bytes(z.compress(_lines(10)) + z.compress(_lines(5)))
     (tmp_path / "d/multi.jsonl.gz").write_bytes(gzip.compress(_lines(3)) + gzip.compress(_lines(4)))
+    (tmp_path / "d/padded.jsonl.xz").write_bytes(lzma.compress(_lines(2)) + b"\0" * 8)
     m = transform(tmp_path, str(tmp_path / "d"), str(tmp_path / "o"))
-    assert m["records_out"] == 22 and all(u["bad_units"] == 0 for u in m["units"])
+    assert m["records_out"] == 24 and all(u["bad_units"] == 0 for u in m["units"])
+
+
+def test_a_gzip_missing_only_its_trailer_is_still_a_cut(tmp_path: Path) -> None:
+    f = tmp_path / "d/notrailer.jsonl.gz"
+    f.parent.mkdir()
+    f.write_bytes(gzip.compress(_lines(10))[:-4])  # the data is all there, its length/CRC is not
+    with pytest.raises(InputError, match="notrailer.jsonl.gz: compressed stream ends early"):
+        transform(tmp_path, str(f), str(tmp_path / "o"))
 
 
 # -- 5. inputs that change during a run ------------------------------------------------------------
@@ -194,6 +204,9 @@ def test_a_file_that_shrank_or_was_replaced_is_an_error_naming_it(tmp_path: Path
     (unit2,) = plan_units(expand_inputs([str(f)]))
     os.utime(f, ns=(st.st_atime_ns, st.st_mtime_ns + 2 * 10**9))
     with pytest.raises(InputError, match=r"changed during the run \(was replaced\).*rerun to plan again"):
+        _read_all(unit2)
+    f.unlink()
+    with pytest.raises(InputError, match=rf"{f} changed during the run \(deleted\)"):
         _read_all(unit2)
 
 

@@ -151,6 +151,7 @@ class UnitReader:
         self.bytes_read = 0  # raw (compressed, if so) bytes read from the file, boundary lines included
         self.bad_units = 0  # 1 when the unit's compressed stream was cut or corrupt
         self.lost_bytes = 0  # the raw bytes that could not be read (the unit's nbytes when unknown)
+        self.unit_errors: List[BadRecord] = []  # stage "unit" (not records: not in ``bad``/records_in)
         self.on_batch: Optional[Callable[[int, int], None]] = None  # progress hook: (records, bytes)
         self._first_line_pos = 0
         self._line_offset: Optional[int] = None
@@ -183,7 +184,13 @@ class UnitReader:
     def _check_unchanged(self, fmt: Format) -> None:
         """Refuse a file that shrank or was replaced since planning (growth is fine: we stop at the plan)."""
         u = self.unit
-        size, mtime = stat(u.path)
+        try:
+            size, mtime = stat(u.path)
+        except FileNotFoundError as e:
+            raise InputError(
+                f"{u.path} changed during the run (deleted): planned {u.size} bytes, now missing;"
+                " restore it, or rerun to plan again without it"
+            ) from e
         known = u.mtime >= 0 and mtime >= 0
         moved = known and mtime != u.mtime
         if (
@@ -204,9 +211,8 @@ class UnitReader:
         unread = self.unit.size - consumed
         self.lost_bytes = unread if unread > 0 else self.unit.nbytes
         what = "ends early (truncated?)" if isinstance(e, TruncatedError) else "is corrupt"
-        self.bad.append(
-            BadRecord(lines_read, f"compressed stream {what} after {lines_read} lines ({e})", "", "unit")
-        )
+        msg = f"compressed stream {what} after {lines_read} lines ({e})"
+        self.unit_errors.append(BadRecord(lines_read, msg, "", "unit"))
 
     # -- line-oriented formats -------------------------------------------------------------
     def _raw_chunks(self, fh: IO[bytes], raw: Any) -> Iterator[Tuple[int, List[bytes], bool]]:

@@ -66,7 +66,7 @@ class ErrorSink:
     def __init__(self, reader: UnitReader, policy: OnError, output: str, fn_name: str = "fn") -> None:
         self.reader, self.policy, self.output, self.fn_name = reader, policy, output, fn_name
         self.items: List[Dict[str, Any]] = []
-        self._seen_parse = 0
+        self._seen_parse = self._seen_unit = 0
 
     @property
     def path(self) -> str:
@@ -78,6 +78,10 @@ class ErrorSink:
         self._seen_parse = len(self.reader.bad)
         for b in new:
             self._add(b)
+        units = self.reader.unit_errors[self._seen_unit :]
+        self._seen_unit = len(self.reader.unit_errors)
+        for b in units:
+            self._bad_unit(b)
 
     def record_failed(self, line: int, rec: Any, e: BaseException, stage: str = "transform") -> None:
         tb = user_traceback(e)
@@ -85,9 +89,6 @@ class ErrorSink:
         self._add(BadRecord(line, f"{type(e).__name__}: {e}", raw, stage), tb)
 
     def _add(self, b: BadRecord, tb: Optional[str] = None) -> None:
-        if b.stage == "unit":
-            self._bad_unit(b)
-            return
         line = self.reader.absolute(b.line)
         if self.policy is OnError.RAISE:
             what = "cannot parse record" if b.stage == "parse" else f"{self.fn_name} raised {b.error}"
