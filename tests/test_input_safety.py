@@ -189,6 +189,37 @@ def test_appending_to_a_split_file_reads_only_the_plan(tmp_path: Path) -> None:
     assert [r["id"] for r in recs] == list(range(2000)) and "appended" not in recs[-1]
 
 
+def _appender(path: str) -> Any:
+    def fn(r: Dict[str, Any]) -> Any:
+        if r["id"] == 0:
+            with open(path, "ab") as fh:  # a process appends to the input while the job reads it
+                fh.write(b"".join(orjson.dumps({"id": -i}) + b"\n" for i in range(1, 50_000)))
+        return r
+
+    return fn
+
+
+def _truncator(path: str) -> Any:
+    def fn(r: Dict[str, Any]) -> Any:
+        if r["id"] == 0:
+            os.truncate(path, 1000)  # another process cuts the input while the job reads it
+        return r
+
+    return fn
+
+
+def test_a_file_changed_while_the_job_reads_it(tmp_path: Path) -> None:
+    f = tmp_path / "d/a.jsonl"
+    f.parent.mkdir()
+    n = 200_000  # more than one read chunk: the job is mid-file when the file changes
+    f.write_bytes(_lines(n))
+    m = transform(tmp_path, str(f), str(tmp_path / "o"), fn=_appender(str(f)))
+    assert [r["id"] for r in read_output(tmp_path / "o")] == list(range(n)) and m["records_in"] == n
+    f.write_bytes(_lines(n))
+    with pytest.raises(InputError, match=rf"{f} changed during the run \(shrank while being read\)"):
+        transform(tmp_path, str(f), str(tmp_path / "o2"), fn=_truncator(str(f)))
+
+
 def test_a_file_that_shrank_or_was_replaced_is_an_error_naming_it(tmp_path: Path) -> None:
     f = tmp_path / "a.jsonl"
     f.write_bytes(_lines(100))

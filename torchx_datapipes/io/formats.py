@@ -114,7 +114,7 @@ def _open_capped(path: str, cap: int, buffered: bool = True) -> Iterator[Tuple[A
         except ImportError as e:
             raise extra_hint("zstd", "zstandard") from e
     with fsspec.open(path, "rb") as fh:
-        stream, raw = open_capped(fh, cap, comp, buffered)
+        stream, raw = open_capped(fh, cap, comp, buffered, path)
         yield stream, raw
 
 

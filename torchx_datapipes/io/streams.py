@@ -13,6 +13,8 @@ import lzma
 import zlib
 from typing import Any, Callable, Optional, Tuple
 
+from torchx_datapipes.errors import InputError
+
 _RAW_CHUNK = 1 << 18
 _OUT_MAX = 1 << 23
 
@@ -28,9 +30,9 @@ class CorruptError(ValueError):
 class Capped(io.RawIOBase):
     """A raw file that ends at ``cap`` bytes (the planned size), whatever was appended since."""
 
-    def __init__(self, fh: Any, cap: int) -> None:
+    def __init__(self, fh: Any, cap: int, name: str = "<input>") -> None:
         super().__init__()
-        self.fh, self.cap, self.pos, self.consumed = fh, cap, 0, 0
+        self.fh, self.cap, self.pos, self.consumed, self.name = fh, cap, 0, 0, name
 
     def readable(self) -> bool:
         return True
@@ -53,6 +55,12 @@ class Capped(io.RawIOBase):
             return 0
         data = self.fh.read(want)
         n = len(data)
+        if n == 0:
+            raise InputError(
+                f"{self.name} changed during the run (shrank while being read): planned {self.cap}"
+                f" bytes, it ended at {self.pos}; rerun to plan again (and do not write into the inputs"
+                " of a running job)"
+            )
         buf[:n] = data
         self.pos += n
         self.consumed += n
@@ -159,13 +167,15 @@ class Decompressing(io.RawIOBase):
             super().close()
 
 
-def open_capped(fh: Any, cap: int, compression: Optional[str], buffered: bool) -> Tuple[Any, Capped]:
+def open_capped(
+    fh: Any, cap: int, compression: Optional[str], buffered: bool, name: str = "<input>"
+) -> Tuple[Any, Capped]:
     """``fh`` limited to ``cap`` raw bytes and decompressed if ``compression``: ``(stream, raw)``.
 
     Uncompressed streams are always buffered (readline, seek); a compressed one only if asked,
     since an unbuffered one hands out every byte decoded before a cut.
     """
-    raw = Capped(fh, cap)
+    raw = Capped(fh, cap, name)
     stream: Any = raw if compression is None else Decompressing(raw, compression)
     if buffered or compression is None:
         return io.BufferedReader(stream, buffer_size=1 << 16), raw
