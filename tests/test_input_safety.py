@@ -71,6 +71,18 @@ def test_overlapping_output_is_refused_and_input_survives(
     assert _digest(tmp_path / "data") == before
 
 
+def test_an_input_reached_through_a_symlink_is_inside_the_output(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    make_dataset(tmp_path / "data/in", [6])
+    os.symlink(tmp_path / "data/in/part-0.jsonl", tmp_path / "link.jsonl")
+    before = _digest(tmp_path / "data")
+    with pytest.raises(ValueError, match=r"link\.jsonl \(resolved: \S*data/in/part-0\.jsonl\) lies inside"):
+        transform(tmp_path, "link.jsonl", "data/in", "--overwrite", "True")
+    assert _digest(tmp_path / "data") == before
+
+
 def test_glob_input_with_output_beside_it_is_allowed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)
     make_dataset(tmp_path / "data", [4])
