@@ -16,7 +16,7 @@ from torchx.specs.finder import ComponentValidationException
 
 from torchx_datapipes import artifact
 from torchx_datapipes.errors import DatapipesError
-from torchx_datapipes.io.fs import check_disjoint, expand_inputs, split_patterns
+from torchx_datapipes.io.fs import check_io_disjoint, split_patterns
 from torchx_datapipes.io.manifest import has_success, success_url
 from torchx_datapipes.options import SPECS, OptionError
 from torchx_datapipes.secrets import mask_url, public_url
@@ -91,11 +91,9 @@ def _is_remote(url: str) -> bool:
 
 def validate_io(input: str, output: str, overwrite: bool) -> None:
     """Fail before launch when local inputs are missing or the output is already complete."""
-    local = [p for p in split_patterns(input) if not _is_remote(p)]
     if not split_patterns(input):
         raise ValueError("--input is empty; pass a glob such as 'data/*.jsonl'")
-    if local:
-        check_disjoint(expand_inputs(local), output)
+    check_io_disjoint(split_patterns(input), output)
     if not overwrite and _complete(output):
         raise FileExistsError(
             f"{success_url(output)} exists: the output is complete. Pass --overwrite True to replace it"

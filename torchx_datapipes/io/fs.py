@@ -1,13 +1,24 @@
 """Thin fsspec helpers: glob expansion, atomic writes, existence checks."""
 
+import datetime
 import os
+import posixpath
 import uuid
-from typing import Any, List, Tuple
+import warnings
+from typing import Any, Dict, List, NamedTuple, Sequence, Tuple
 
 import fsspec
 from fsspec.core import url_to_fs
 
 _GLOB_CHARS = "*?["
+
+
+class InputFile(NamedTuple):
+    """One input file as planned: its URL, size in bytes and modification time (-1 if unknown)."""
+
+    url: str
+    size: int
+    mtime: float
 
 
 def fs_and_path(url: str) -> Tuple[Any, str]:
@@ -29,13 +40,45 @@ def _protocol(fs: Any) -> str:
     return proto[0] if isinstance(proto, (list, tuple)) else str(proto)
 
 
+def _mtime(info: Dict[str, Any]) -> float:
+    """The modification time in an fsspec ``info`` dict (backends name it differently); -1 if none."""
+    for key in ("mtime", "LastModified", "last_modified", "updated", "modified", "mtime_ns"):
+        value = info.get(key)
+        if value is None:
+            continue
+        if isinstance(value, datetime.datetime):
+            return value.timestamp()
+        if isinstance(value, str):
+            try:
+                return datetime.datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
+            except ValueError:
+                continue
+        try:
+            return float(value) / (1e9 if key == "mtime_ns" else 1.0)
+        except (TypeError, ValueError):
+            continue
+    return -1.0
+
+
+def stat(url: str) -> Tuple[int, float]:
+    """``(size, mtime)`` of one file now (mtime -1 where the filesystem gives none)."""
+    fs, path = fs_and_path(url)
+    info = fs.info(path)
+    return int(info["size"]), _mtime(info)
+
+
 def expand_inputs(patterns: List[str]) -> List[Tuple[str, int]]:
     """Expand globs and comma-separated lists into sorted ``(url, size)`` pairs.
 
     A pattern with glob characters that matches nothing, or a plain path that does not exist,
     raises ``FileNotFoundError`` naming it.
     """
-    out: dict[str, int] = {}
+    return [(f.url, f.size) for f in expand_input_files(patterns)]
+
+
+def expand_input_files(patterns: List[str]) -> List[InputFile]:
+    """Like :func:`expand_inputs`, with each file's modification time as planned."""
+    out: Dict[str, InputFile] = {}
     for pat in patterns:
         fs, path = fs_and_path(pat)
         if any(c in path for c in _GLOB_CHARS):
@@ -43,7 +86,8 @@ def expand_inputs(patterns: List[str]) -> List[Tuple[str, int]]:
             if not matches:
                 raise FileNotFoundError(f"input pattern {pat!r} matched no files; check the path and quoting")
         elif fs.isdir(path):
-            matches = sorted(p for p in fs.find(path) if not _hidden(p[len(path) :]))
+            found = _walk_local(path) if _protocol(fs) == "file" else fs.find(path)
+            matches = sorted(p for p in found if not _hidden(p[len(path) :]))
             if not matches:
                 raise FileNotFoundError(f"input directory {pat!r} holds no files")
         elif fs.exists(path):
@@ -51,8 +95,38 @@ def expand_inputs(patterns: List[str]) -> List[Tuple[str, int]]:
         else:
             raise FileNotFoundError(f"input file {pat!r} does not exist")
         for m in matches:
-            out[unstrip(fs, m)] = int(fs.size(m))
-    return sorted(out.items())
+            info = fs.info(m)
+            url = unstrip(fs, m)
+            out[url] = InputFile(url, int(info["size"]), _mtime(info))
+    return [out[k] for k in sorted(out)]
+
+
+def _walk_local(root: str) -> List[str]:
+    """Files under a local directory; symlinked directories are followed once, a loop is skipped."""
+    files: List[str] = []
+    seen = {os.path.realpath(root)}
+    for dirpath, dirnames, filenames in os.walk(root, followlinks=True):
+        keep = []
+        for d in dirnames:
+            full = os.path.join(dirpath, d)
+            real = os.path.realpath(full)
+            if real in seen:
+                warnings.warn(
+                    f"input directory {root}: {full} links back to {real}, already read; skipping it"
+                    " (a symlink loop or a second link to the same directory)",
+                    stacklevel=3,
+                )
+                continue
+            seen.add(real)
+            keep.append(d)
+        dirnames[:] = sorted(keep)
+        for f in filenames:
+            full = os.path.join(dirpath, f)
+            if os.path.isfile(full):  # a dangling link, a socket or a fifo is not an input file
+                files.append(full)
+            else:
+                warnings.warn(f"input directory {root}: skipping {full}, not a regular file", stacklevel=3)
+    return files
 
 
 def _hidden(relpath: str) -> bool:
@@ -60,16 +134,74 @@ def _hidden(relpath: str) -> bool:
     return any(part.startswith(("_", ".")) for part in relpath.split("/") if part)
 
 
-def check_disjoint(inputs: List[Tuple[str, int]], output: str) -> None:
-    """Refuse an output directory that holds an input: --overwrite would delete the data."""
-    _, out = fs_and_path(output)
+def normalize(url: str) -> Tuple[str, str]:
+    """``(protocol, path)`` with ``.``, ``..``, ``//`` and (for local paths) symlinks resolved."""
+    fs, path = fs_and_path(url)
+    proto = _protocol(fs)
+    if proto == "file":
+        return proto, os.path.realpath(path)
+    return proto, posixpath.normpath("/" + path).lstrip("/")
+
+
+def _root(pattern: str) -> Tuple[str, str, bool]:
+    """The normalised directory or file a pattern names, and whether it was a glob (then its fixed prefix)."""
+    fs, path = fs_and_path(pattern)
+    cut = min((path.index(c) for c in _GLOB_CHARS if c in path), default=-1)
+    if cut < 0:
+        return (*normalize(pattern), False)
+    prefix = path[:cut].rsplit("/", 1)[0] if "/" in path[:cut] else "."
+    proto = _protocol(fs)
+    if proto == "file":
+        return proto, os.path.realpath(prefix), True
+    return proto, posixpath.normpath("/" + prefix).lstrip("/"), True
+
+
+def _within(inner: str, outer: str) -> bool:
+    return inner == outer or inner.startswith(outer.rstrip("/") + "/")
+
+
+def check_disjoint(inputs: Sequence[Tuple[str, int]], output: str, patterns: Sequence[str] = ()) -> None:
+    """Refuse an output that overlaps an input, in either direction, after resolving both sides.
+
+    ``inputs`` are expanded files (each resolved, so a symlink to an input counts); ``patterns``
+    are what the user passed: a directory input must not contain the output, and no input
+    directory (or a glob's fixed prefix) may lie inside the output, since ``--overwrite``
+    deletes the output and a job writes its parts there.
+    """
+    out_proto, out = normalize(output)
+    fix = "choose an --output outside every input (e.g. a sibling directory)"
     for url, _ in inputs:
-        _, path = fs_and_path(url)
-        if path == out or path.startswith(out.rstrip("/") + "/"):
+        proto, path = normalize(url)
+        if proto == out_proto and (_within(path, out) or _within(out, path)):
+            where = "is" if path == out else "lies inside" if _within(path, out) else "contains"
             raise ValueError(
-                f"input {url} lies inside --output {output}; the job would read its own output (and"
-                " --overwrite would delete the input). Choose an output directory outside the inputs"
+                f"input file {url} (resolved: {path}) {where} --output {output} (resolved: {out}); the"
+                f" job would write into its input and --overwrite would delete it; {fix}"
             )
+    for pat in patterns:
+        proto, root, is_glob = _root(pat)
+        if proto != out_proto:
+            continue
+        if _within(root, out):
+            raise ValueError(
+                f"input {pat} (resolved: {root}) lies inside --output {output} (resolved: {out});"
+                f" --overwrite would delete the input and the job's parts would mix with it; {fix}"
+            )
+        if not is_glob and _within(out, root):
+            raise ValueError(
+                f"--output {output} (resolved: {out}) lies inside input directory {pat} (resolved:"
+                f" {root}); the job would write its parts into its own input; {fix}"
+            )
+
+
+def check_io_disjoint(patterns: Sequence[str], output: str) -> None:
+    """The client-side check: local inputs expanded and resolved, remote ones by their roots (no listing)."""
+    local = [p for p in patterns if not _is_remote(p)]
+    check_disjoint(expand_inputs(local) if local else [], output, patterns)
+
+
+def _is_remote(url: str) -> bool:
+    return "://" in url and not url.startswith("file://")
 
 
 def split_patterns(value: str) -> List[str]:

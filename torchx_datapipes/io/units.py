@@ -8,9 +8,10 @@ DistributedSampler's strided rule and no padding, so every record is read exactl
 import math
 import posixpath
 from dataclasses import asdict, dataclass
-from typing import Any, Dict, List, Sequence, Tuple
+from typing import Any, Dict, List, Sequence, Tuple, Union
 
 from torchx_datapipes.io.formats import Format, compression_of, detect_format
+from torchx_datapipes.io.fs import stat
 
 DEFAULT_UNIT_MB = 64
 
@@ -24,6 +25,7 @@ class Unit:
     end: int = -1
     row_group: int = -1  # parquet row group, or -1
     format: str = Format.JSONL.value
+    mtime: float = -1.0  # the file's modification time when planned; -1 where the filesystem has none
 
     @property
     def nbytes(self) -> int:
@@ -46,26 +48,36 @@ class Unit:
         return asdict(self)
 
 
+PlannedInput = Union[Tuple[str, int], Tuple[str, int, float]]
+
+
 def plan_units(
-    inputs: Sequence[Tuple[str, int]], fmt: str = "auto", unit_mb: float = DEFAULT_UNIT_MB
+    inputs: Sequence[PlannedInput], fmt: str = "auto", unit_mb: float = DEFAULT_UNIT_MB
 ) -> List[Unit]:
-    """Cut ``(url, size)`` inputs (already sorted) into units."""
+    """Cut ``(url, size)`` or ``(url, size, mtime)`` inputs (already sorted) into units.
+
+    Each unit carries the size and modification time planned for its file (looked up here when
+    only the size is given); the reader reads no further and refuses a file that shrank or was
+    replaced since.
+    """
     target = max(1, int(unit_mb * 1024 * 1024))
     units: List[Unit] = []
-    for path, size in inputs:
+    for item in inputs:
+        path, size = item[0], item[1]
+        mtime = item[2] if len(item) > 2 else stat(path)[1]  # type: ignore[misc]
         f = detect_format(path) if fmt == "auto" else Format.parse(fmt)
         if f is Format.PARQUET:
             for rg in range(_parquet_row_groups(path)):
-                units.append(Unit(len(units), path, size, row_group=rg, format=f.value))
+                units.append(Unit(len(units), path, size, row_group=rg, format=f.value, mtime=mtime))
             continue
         splittable = f in (Format.JSONL, Format.TEXT) and compression_of(path) is None
         pieces = max(1, math.ceil(size / target)) if splittable else 1
         if pieces == 1:
-            units.append(Unit(len(units), path, size, format=f.value))
+            units.append(Unit(len(units), path, size, format=f.value, mtime=mtime))
             continue
         step = math.ceil(size / pieces)
         for s in range(0, size, step):
-            units.append(Unit(len(units), path, size, s, min(size, s + step), format=f.value))
+            units.append(Unit(len(units), path, size, s, min(size, s + step), format=f.value, mtime=mtime))
     return units
 
 

@@ -9,6 +9,7 @@ from typing import Any, List, Optional, Tuple
 
 import orjson
 
+from torchx_datapipes.io.bigints import dumps as exact_dumps
 from torchx_datapipes.io.checksum import FileSum, SummingFile, located
 from torchx_datapipes.io.formats import extra_hint
 from torchx_datapipes.io.fs import fs_and_path
@@ -18,7 +19,8 @@ OUTPUT_FORMATS = ("jsonl", "parquet")
 
 
 def dumps(rec: Any) -> bytes:
-    return orjson.dumps(rec, option=_DUMP_OPTS)
+    """One record as JSON; integers beyond 64 bits are written exactly (see io/bigints.py)."""
+    return exact_dumps(rec)
 
 
 class PartWriter:
@@ -116,10 +118,10 @@ class PartWriter:
 
 def encode_checked(recs: List[Any]) -> Tuple[List[bytes], List[Tuple[int, str]]]:
     """Encode records to JSON; return the encoded ones and ``(index, error)`` for the rest."""
-    try:
-        return [dumps(r) for r in recs], []
+    try:  # the hot path: orjson on the whole batch
+        return [orjson.dumps(r, option=_DUMP_OPTS) for r in recs], []
     except TypeError:
-        pass
+        pass  # then record by record, with the exact encoder for integers beyond 64 bits
     ok: List[bytes] = []
     bad: List[Tuple[int, str]] = []
     for i, r in enumerate(recs):

@@ -7,6 +7,7 @@ from typing import Any, Dict, List, Optional
 import orjson
 
 from torchx_datapipes.errors import InputError
+from torchx_datapipes.io.bigints import dumps
 from torchx_datapipes.io.checksum import FileSum, write_summed
 from torchx_datapipes.io.formats import BadRecord, UnitReader
 from torchx_datapipes.io.fs import join
@@ -66,7 +67,7 @@ class ErrorSink:
     def __init__(self, reader: UnitReader, policy: OnError, output: str, fn_name: str = "fn") -> None:
         self.reader, self.policy, self.output, self.fn_name = reader, policy, output, fn_name
         self.items: List[Dict[str, Any]] = []
-        self._seen_parse = 0
+        self._seen_parse = self._seen_unit = 0
         self.file: Optional[FileSum] = None  # the committed _errors/ part, if any
 
     @property
@@ -79,6 +80,10 @@ class ErrorSink:
         self._seen_parse = len(self.reader.bad)
         for b in new:
             self._add(b)
+        units = self.reader.unit_errors[self._seen_unit :]
+        self._seen_unit = len(self.reader.unit_errors)
+        for b in units:
+            self._bad_unit(b)
 
     def record_failed(self, line: int, rec: Any, e: BaseException, stage: str = "transform") -> None:
         tb = user_traceback(e)
@@ -105,6 +110,27 @@ class ErrorSink:
             item["traceback"] = tb
         self.items.append(item)
 
+    def _bad_unit(self, b: BadRecord) -> None:
+        """A unit that could not be read to its end (a cut or corrupt compressed stream)."""
+        if self.policy is OnError.RAISE:
+            raise RecordError(
+                f"{self.path}: {b.error}; the records after line {b.line} are missing."
+                f" fix: re-fetch or recompress the file (check it with gzip -t / zstd -t / xz -t / bzip2 -t),"
+                f" or rerun with --on_error skip to keep the {b.line} lines read, record the unit in"
+                f" {join(self.output, '_errors')}/ and count its lost bytes against --max_error_rate"
+            )
+        lost = self.reader.lost_bytes
+        self.items.append(
+            {
+                "file": self.path,
+                "line": b.line,
+                "stage": "unit",
+                "error": b.error,
+                "raw": "",
+                "lost_bytes": lost,
+            }
+        )
+
     @property
     def count(self) -> int:
         return len(self.items)
@@ -119,6 +145,6 @@ class ErrorSink:
 
 def _dump(rec: Any) -> str:
     try:
-        return orjson.dumps(rec, option=orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_NON_STR_KEYS).decode()
+        return dumps(rec).decode()  # exact, big integers included
     except TypeError:
         return repr(rec)[:2000]

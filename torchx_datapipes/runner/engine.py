@@ -25,7 +25,7 @@ from torchx_datapipes.errors import DatapipesError, OutputExistsError
 from torchx_datapipes.io import manifest as mf
 from torchx_datapipes.io.checksum import verify, verify_sizes
 from torchx_datapipes.io.formats import UnitReader
-from torchx_datapipes.io.fs import check_disjoint, expand_inputs, fs_and_path, join
+from torchx_datapipes.io.fs import check_disjoint, expand_input_files, fs_and_path, join
 from torchx_datapipes.io.lease import Lease, run_identity
 from torchx_datapipes.io.units import Unit, assign, plan_units
 from torchx_datapipes.runner.badrecords import ErrorSink, OnError
@@ -167,7 +167,7 @@ class Engine:
         data = orjson.loads(self.dist.share("plan", self._plan_on_rank0, self.cfg.timeout_s))
         self.inputs = [(str(p), int(s)) for p, s in data["inputs"]]
         self.units = [Unit(**u) for u in data["units"]]
-        check_disjoint(self.inputs, self.cfg.output)
+        check_disjoint(self.inputs, self.cfg.output, self.cfg.inputs)
         self.fingerprint = mf.fingerprint(
             {"op": self.op.name, "sha256": self.cfg.sha256, "options": self.options(), "inputs": self.inputs,
              "units": data["units"]}
@@ -175,13 +175,14 @@ class Engine:
 
     def _plan_on_rank0(self) -> bytes:
         c = self.cfg
-        inputs = expand_inputs(list(c.inputs))
-        check_disjoint(inputs, c.output)
+        files = expand_input_files(list(c.inputs))
+        inputs = [(f.url, f.size) for f in files]
+        check_disjoint(inputs, c.output, c.inputs)
         self.lease = Lease.acquire(c.output)
         if c.overwrite and self.dist.restart == 0:
             mf.clear_output(c.output)
         self.lease.start_heartbeat()
-        units = plan_units(inputs, c.format, c.unit_mb)
+        units = plan_units([(f.url, f.size, f.mtime) for f in files], c.format, c.unit_mb)
         return orjson.dumps({"inputs": inputs, "units": [u.to_json() for u in units]})
 
     def barrier(self) -> None:
@@ -263,14 +264,14 @@ class Engine:
             "parsed": reader.records,
             "blank_lines": reader.blank,
             "bad": sink.count,
+            "bad_units": reader.bad_units,
+            "lost_bytes": reader.lost_bytes,
+            "bytes_read": reader.bytes_read,
             "errors": errors,
             "wall_s": round(time.time() - t, 4),
             **extra,
             "files": files,
         }
-        bytes_read = getattr(reader, "bytes_read", None)
-        if bytes_read is not None:
-            meta["bytes_read"] = bytes_read
         mf.write_unit_meta(self.cfg.output, name, meta)
 
     def load_metas(self, pass_name: str) -> List[Dict[str, Any]]:

@@ -55,6 +55,7 @@ class StatsOp:
                 partial.update(out)
             filtered = applier.filtered
         else:
+            reader.objects_only = False  # a profile describes any JSON value (as field $value)
             for recs, _ in reader.batches():
                 sink.drain_parse_errors()
                 partial.update(recs)

@@ -2,6 +2,7 @@
 
 from typing import Any, Callable, Dict, List, Optional
 
+from torchx_datapipes.io.bigints import find_big_int
 from torchx_datapipes.io.formats import UnitReader
 from torchx_datapipes.io.fs import join
 from torchx_datapipes.io.units import Unit
@@ -41,10 +42,10 @@ class TransformOp:
                 if self.output_format == "jsonl":
                     encoded, bad = encode_checked(out)
                     for i, err in bad:
-                        sink.record_failed(0, out[i], TypeError(err), stage="serialize")
+                        sink.record_failed(applier.line_of(i), out[i], TypeError(err), stage="serialize")
                     writer.write_encoded(encoded)
                 else:
-                    writer.write(out)
+                    _write_rows(writer, out, applier, sink)
             writer.commit()
         except BaseException:
             writer.abort()
@@ -62,3 +63,21 @@ class TransformOp:
             "output": self.output,
             **({"cache": summarize(self.memo, metas)} if self.memo is not None else {}),
         }
+
+
+def _write_rows(writer: PartWriter, out: List[Any], applier: Applier, sink: ErrorSink) -> None:
+    """Parquet rows; a record with an integer beyond 64 bits is refused by name (file, line, field)."""
+    try:
+        writer.write(out)
+        return
+    except (OverflowError, ValueError, TypeError):  # pyarrow.ArrowInvalid is a ValueError
+        fields = {i: f for i, f in ((i, find_big_int(r)) for i, r in enumerate(out)) if f}
+        if not fields:
+            raise
+    for i, field in fields.items():
+        e = TypeError(
+            f"field {field}: integer beyond 64 bits; Parquet stores at most 64-bit integers."
+            " Write --output_format jsonl (exact) or convert the field to str in your function"
+        )
+        sink.record_failed(applier.line_of(i), out[i], e, stage="serialize")
+    writer.write([r for i, r in enumerate(out) if i not in fields])
