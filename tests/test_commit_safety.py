@@ -392,3 +392,19 @@ def test_handstarted_torchrun_jobs_without_rdzv_id_are_told_apart(monkeypatch: p
     assert lease_mod.run_identity() == lease_mod.job_id() == "app-3"
     monkeypatch.setenv("TORCHELASTIC_RUN_ID", "none")  # torchrun's default: the same in every job
     assert lease_mod.run_identity() == f"none@{lease_mod.socket.gethostname()}:{os.getppid()}"
+
+
+def test_a_live_lease_is_refused_on_the_client_before_launch(tmp_path: Path) -> None:
+    """The component refuses an output a live job writes, before packaging or launch; a dead lease is fine."""
+    from torchx_datapipes import components
+    from torchx_datapipes.appdef import InvalidArgumentError
+
+    make_dataset(tmp_path / "d", [3])
+    write_lease(tmp_path / "out", "other-job-42", os.getpid(), age_s=1.0)
+    args = dict(input=str(tmp_path / "d"), output=str(tmp_path / "out"), artifact_store=str(tmp_path / "s"))
+    with pytest.raises(InvalidArgumentError, match="being written by job other-job-42"):
+        components.transform(fn="os.path:basename", backend="module", **args)
+    assert not (tmp_path / "s").exists()
+    write_lease(tmp_path / "out", "dead-job", 2**22 + 12345, age_s=1.0)
+    app = components.transform(fn="os.path:basename", backend="module", **args)
+    assert app.roles[0].entrypoint

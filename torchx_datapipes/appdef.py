@@ -17,6 +17,7 @@ from torchx.specs.finder import ComponentValidationException
 from torchx_datapipes import artifact
 from torchx_datapipes.errors import DatapipesError
 from torchx_datapipes.io.fs import check_io_disjoint, split_patterns
+from torchx_datapipes.io.lease import refuse_if_held
 from torchx_datapipes.io.manifest import has_success, success_url
 from torchx_datapipes.options import SPECS, OptionError
 from torchx_datapipes.secrets import mask_url, public_url
@@ -94,6 +95,8 @@ def validate_io(input: str, output: str, overwrite: bool) -> None:
     if not split_patterns(input):
         raise ValueError("--input is empty; pass a glob such as 'data/*.jsonl'")
     check_io_disjoint(split_patterns(input), output)
+    if not _is_remote(output):
+        refuse_if_held(output)
     if not overwrite and _complete(output):
         raise FileExistsError(
             f"{success_url(output)} exists: the output is complete. Pass --overwrite True to replace it"

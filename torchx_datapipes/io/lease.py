@@ -176,6 +176,17 @@ class Lease:
             fs.rm(path)
 
 
+def refuse_if_held(output: str) -> None:
+    """On the client, before launch: refuse an output a live job is writing (a dead job's lease is fine)."""
+    current = read_holder(output)
+    if current is not None and _dead(current) is None:
+        raise LeaseHeldError(
+            f"{output} is being written by {current.describe()}; refusing to launch a second job on"
+            f" one output. Wait for it, or choose another --output. If that job is dead, rerun: a lease"
+            f" older than {stale_s():.0f}s is taken over (or delete {join(output, LEASE)})"
+        )
+
+
 def read_holder(output: str) -> Optional[Holder]:
     """The lease's holder, or None if there is no lease (or it is being written)."""
     fs, path = fs_and_path(join(output, LEASE))
