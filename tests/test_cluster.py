@@ -235,3 +235,25 @@ def test_example_dockerfile_pins_torch_then_installs_the_package() -> None:
     pkg = [i for i, s in enumerate(steps) if re.search(r"pip install \"\.\[[a-z0-9,]*s3", s)]
     assert pins and pkg and pins[0] < pkg[0], steps
     assert any(s.startswith("COPY torchx_datapipes") for s in steps)
+
+
+@pytest.mark.parametrize("op", ["split", "stats"])
+def test_split_and_stats_refuse_relative_paths_on_kubernetes(project: Path, runner: Runner, op: str) -> None:
+    with pytest.raises(ComponentValidationException, match=r"--input 'data/\*\.jsonl' is a path relative"):
+        runner.dryrun_component(
+            f"torchx_datapipes.components:{op}", ["--input", "data/*.jsonl", "--output", "s3://b/o"],
+            "kubernetes", cfg={"queue": "default"},
+        )  # fmt: skip
+
+
+def test_api_run_refuses_client_paths_for_a_remote_scheduler(project: Path) -> None:
+    """Built in Python (target unknown), then submitted to kubernetes: refused before anything runs."""
+    from torchx_datapipes import api
+    from torchx_datapipes.options import OptionError
+
+    app = api.transform(lambda r: r, input="s3://b/d/*.jsonl", output="s3://b/out")
+    with pytest.raises(OptionError, match="default store ./.tdp/artifacts on this machine, which a kube"):
+        api.run(app, "kubernetes", cfg={"queue": "default"})
+    app = components.transform(fn="s3://b/a/" + "0" * 64 + ".pkl", input="data/*.jsonl", output="s3://b/out")
+    with pytest.raises(OptionError, match=r"--input 'data/\*\.jsonl' is a path relative .* kubernetes job"):
+        api.run(app, "kubernetes", cfg={"queue": "default"})

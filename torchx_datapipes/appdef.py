@@ -18,7 +18,7 @@ from torchx.specs.finder import ComponentValidationException
 
 from torchx_datapipes import artifact
 from torchx_datapipes import target as _target
-from torchx_datapipes.cluster import place_paths
+from torchx_datapipes.cluster import META_RELATIVE, encode_relative, place_paths
 from torchx_datapipes.errors import DatapipesError
 from torchx_datapipes.io.fs import check_disjoint, check_io_disjoint, split_patterns
 from torchx_datapipes.io.manifest import has_success, success_url
@@ -51,8 +51,9 @@ def build_app(op: str, arguments: Mapping[str, Any]) -> specs.AppDef:
     """The AppDef of ``op`` from the component's arguments, every one checked here, before launch."""
     spec = SPECS[op]
     where = _target.current()
+    relative: Dict[str, str] = {}
     with client_checks():
-        values = place_paths(spec.check(arguments), where)
+        values = place_paths(spec.check(arguments), where, relative)
         validate_io(values["input"], values["output"], values["overwrite"], where.shares_client_fs)
         validate_cache(values.get("cache"))
         if values.get("cache"):  # the secret goes to a 0600 file (or stays in the job's env), never on argv
@@ -65,6 +66,8 @@ def build_app(op: str, arguments: Mapping[str, Any]) -> specs.AppDef:
         v["env"],
         v["mounts"], v["rdzv_port"], v["max_restarts"], v["max_retries"],
     )  # fmt: skip
+    if relative and where.scheduler is None:  # for api.run's check (cluster.check_scheduler)
+        app.metadata[META_RELATIVE] = encode_relative(relative)
     return app if where.uses_client_python else for_scheduler(app, where.scheduler)
 
 
