@@ -8,6 +8,7 @@ the pinned torch then the package.
 
 import os
 import re
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any, Iterator, List
@@ -257,3 +258,16 @@ def test_api_run_refuses_client_paths_for_a_remote_scheduler(project: Path) -> N
     app = components.transform(fn="s3://b/a/" + "0" * 64 + ".pkl", input="data/*.jsonl", output="s3://b/out")
     with pytest.raises(OptionError, match=r"--input 'data/\*\.jsonl' is a path relative .* kubernetes job"):
         api.run(app, "kubernetes", cfg={"queue": "default"})
+
+
+@pytest.mark.e2e
+def test_local_cwd_runs_without_the_venv_on_path(project: Path) -> None:
+    """`.venv/bin/torchx run -s local_cwd` with a PATH that has no venv: the spec's prefix finds torchrun."""
+    from tdp_testutil import TORCHX, read_output
+
+    args = [TORCHX, "run", "-s", "local_cwd", COMPONENT, "--fn", "my_transforms.py:clean"]
+    args += ["--input", "data/*.jsonl", "--output", "out/novenv", "-j", "1x1"]
+    env = {**os.environ, "PATH": "/usr/bin:/bin"}
+    res = subprocess.run(args, cwd=project, env=env, capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0 and "SUCCEEDED" in res.stdout + res.stderr, res.stdout + res.stderr
+    assert len(read_output(project / "out/novenv")) == 30
