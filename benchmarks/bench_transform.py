@@ -5,6 +5,7 @@ usage (from the repo root)::
     .venv/bin/python benchmarks/bench_transform.py --quick          # 200k records only
     .venv/bin/python benchmarks/bench_transform.py                  # + 2M records (steady state)
     .venv/bin/python benchmarks/bench_transform.py --data /work/shared/bench/data --only light
+    .venv/bin/python benchmarks/bench_transform.py --skew [bench_skew options]   # see bench_skew.py
 
 Each method runs as a whole subprocess (wall time includes interpreter start-up and imports)
 on the same input files, once per transform (``light`` ~1 us/record, ``heavy`` ~70 us/record
@@ -325,6 +326,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] == "_ref":
         return _ref_main(argv[1:])
+    if "--skew" in argv:  # skewed units, dynamic vs static assignment: benchmarks/bench_skew.py
+        import bench_skew
+
+        return bench_skew.main([x for x in argv if x != "--skew"])
     a = parse_args(argv)
     a.workdir.mkdir(parents=True, exist_ok=True)
     os.chdir(REPO_ROOT)  # the --fn path and local_cwd are relative to the repo root

@@ -1,5 +1,6 @@
 """The Python API builds the same AppDefs as the CLI, from Python-friendly arguments."""
 
+import os
 from pathlib import Path
 
 import pytest
@@ -15,7 +16,8 @@ def test_python_values_become_cli_strings(tmp_path: Path, monkeypatch: pytest.Mo
     fractions = {"train": 0.75, "val": 0.25}
     app = api.split(input=inputs, output="out", fractions=fractions, key=["id", "label"], j="1x1")
     cmd = app.roles[0].args[-1]
-    assert "--input data/part-0.jsonl,data/part-1.jsonl" in cmd
+    here = os.getcwd()  # relative local paths are made absolute on the client (issue 13, section 4)
+    assert f"--input {here}/data/part-0.jsonl,{here}/data/part-1.jsonl" in cmd
     assert "--fractions train=0.75,val=0.25" in cmd and "--key id,label" in cmd
     cmd = (
         api.stats(input="data/*.jsonl", output="s", fields=["x", "y"], quantiles=[0.5, 0.9]).roles[0].args[-1]

@@ -2,6 +2,7 @@
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -212,5 +213,6 @@ def test_dryrun_other_schedulers(project: Path, scheduler: str, extra: List[str]
     assert res.returncode == 0, res.stdout + res.stderr
     text = res.stdout + res.stderr
     assert "torchx_datapipes.runner" in text and "torchrun" in text
-    url = next((project / "store").glob("*.pkl"))
-    assert str(url) in text and url.stem in text  # artifact URL and its pinned sha256
+    url = re.search(rf"{re.escape(str(project / 'store'))}/([0-9a-f]{{64}})\.pkl", res.stdout)
+    assert url and f"--sha256 {url.group(1)}" in text  # artifact URL and its pinned sha256
+    assert not (project / "store").exists()  # a dry run packages the function but uploads nothing

@@ -14,7 +14,8 @@ from typing import Any, Callable, Dict, List, Optional, Union
 from torchx import specs
 
 from torchx_datapipes import artifact, components
-from torchx_datapipes.appdef import META_OP, META_OUTPUT, default_store
+from torchx_datapipes.appdef import META_OP, META_OUTPUT, default_store, for_scheduler
+from torchx_datapipes.cluster import check_scheduler
 from torchx_datapipes.errors import DatapipesError
 from torchx_datapipes.io.fs import join, read_bytes
 from torchx_datapipes.io.manifest import read_manifest
@@ -121,6 +122,8 @@ def run(
     if scheduler.startswith("local"):
         cfg.setdefault("log_dir", os.path.abspath(os.path.join(".torchx", "logs")))
     output = app.metadata.get(META_OUTPUT)
+    check_scheduler(app.metadata, scheduler)  # client-relative paths: refused where the job cannot see them
+    for_scheduler(app, scheduler)  # the client's PATH prefix on local_cwd only
     with get_runner() as runner:
         handle = runner.run(app, scheduler, cfg=cfg)
         if not wait:

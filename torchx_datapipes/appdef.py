@@ -2,6 +2,8 @@
 
 We reuse TorchX's ``dist.ddp`` (rendezvous, ``-j`` parsing, resources, mounts) and add
 torchrun's ``--max_restarts`` (ddp has none; ``local_cwd`` ignores ``max_retries``).
+What depends on where the job runs (the ``PATH`` prefix, local paths, uploading the function)
+follows :func:`torchx_datapipes.target.current`; see docs/cluster.md.
 """
 
 import contextlib
@@ -15,8 +17,10 @@ from torchx.components.dist import ddp
 from torchx.specs.finder import ComponentValidationException
 
 from torchx_datapipes import artifact
+from torchx_datapipes import target as _target
+from torchx_datapipes.cluster import META_RELATIVE, encode_relative, place_paths
 from torchx_datapipes.errors import DatapipesError
-from torchx_datapipes.io.fs import check_io_disjoint, split_patterns
+from torchx_datapipes.io.fs import check_disjoint, check_io_disjoint, split_patterns
 from torchx_datapipes.io.lease import refuse_if_held
 from torchx_datapipes.io.manifest import has_success, success_url
 from torchx_datapipes.options import SPECS, OptionError
@@ -25,6 +29,7 @@ from torchx_datapipes.secrets import mask_url, public_url
 RUNNER_MODULE = "torchx_datapipes.runner"
 META_OUTPUT = "torchx_datapipes/output"
 META_OP = "torchx_datapipes/op"
+META_CLIENT_BIN = "torchx_datapipes/client_bin"  # the PATH prefix for local_cwd, when applied
 
 
 class InvalidArgumentError(ComponentValidationException, ValueError):
@@ -46,20 +51,25 @@ def client_checks() -> Iterator[None]:
 def build_app(op: str, arguments: Mapping[str, Any]) -> specs.AppDef:
     """The AppDef of ``op`` from the component's arguments, every one checked here, before launch."""
     spec = SPECS[op]
+    where = _target.current()
+    relative: Dict[str, str] = {}
     with client_checks():
-        values = spec.check(arguments)
-        validate_io(values["input"], values["output"], values["overwrite"])
+        values = place_paths(spec.check(arguments), where, relative)
+        validate_io(values["input"], values["output"], values["overwrite"], where.shares_client_fs)
         validate_cache(values.get("cache"))
         if values.get("cache"):  # the secret goes to a 0600 file (or stays in the job's env), never on argv
             values["cache"] = public_url(values["cache"], values["artifact_store"] or default_store())
-        fn_arg = fn_args(values["fn"], values["artifact_store"], values["backend"])
+        fn_arg = fn_args(values["fn"], values["artifact_store"], values["backend"], where.dryrun)
     args = [*spec.runner_args(values), *fn_arg]
     v = values
-    return runner_app(
+    app = runner_app(
         op, args, v["output"], v["name"], v["image"], v["h"], v["cpu"], v["gpu"], v["memMB"], v["j"],
         v["env"],
         v["mounts"], v["rdzv_port"], v["max_restarts"], v["max_retries"],
     )  # fmt: skip
+    if relative and where.scheduler is None:  # for api.run's check (cluster.check_scheduler)
+        app.metadata[META_RELATIVE] = encode_relative(relative)
+    return app if where.uses_client_python else for_scheduler(app, where.scheduler)
 
 
 def default_store() -> str:
@@ -67,8 +77,12 @@ def default_store() -> str:
     return os.path.join(os.getcwd(), ".tdp", "artifacts")
 
 
-def resolve_fn(fn: str, store: Optional[str], backend: str) -> artifact.ArtifactRef:
-    """``--fn``: an artifact URL, ``file.py:fn`` or ``pkg.module:fn`` -> an uploaded artifact."""
+def resolve_fn(fn: str, store: Optional[str], backend: str, dryrun: bool = False) -> artifact.ArtifactRef:
+    """``--fn``: an artifact URL, ``file.py:fn`` or ``pkg.module:fn`` -> an uploaded artifact.
+
+    A dry run packages and hashes the function but uploads nothing; an upload to a remote store
+    is announced on stderr first, and a failed one is a one-line error naming the store and the fix.
+    """
     store = store or default_store()
     if artifact.is_artifact_url(fn):
         if not _is_remote(fn) and not os.path.exists(fn):
@@ -81,19 +95,58 @@ def resolve_fn(fn: str, store: Optional[str], backend: str) -> artifact.Artifact
         )
     if os.getcwd() not in sys.path:  # like `python -m`: the user's project modules resolve from the cwd
         sys.path.insert(0, os.getcwd())
-    if backend == "module":
-        return artifact.package(fn, store, backend="module")
-    return artifact.package(artifact.resolve_spec(fn), store, backend=backend)
+    obj = fn if backend == "module" else artifact.resolve_spec(fn)
+    announced: List[artifact.ArtifactRef] = []
+
+    def announce(ref: artifact.ArtifactRef, nbytes: int) -> None:
+        announced.append(ref)
+        what = f"fn {fn} -> {mask_url(ref.url)} (sha256 {ref.sha256}, {nbytes} bytes)"
+        if dryrun:
+            print(f"torchx_datapipes: dry run: packaged {what}; not uploaded", file=sys.stderr)
+        elif _is_remote(ref.url):
+            print(f"torchx_datapipes: uploading {what}", file=sys.stderr)
+
+    try:
+        return artifact.package(obj, store, backend=backend, upload=not dryrun, before_upload=announce)
+    except Exception as e:
+        if not announced:  # packaging itself failed: the backend's own message says why
+            raise
+        raise InvalidArgumentError(_upload_failure(announced[0].url, store, e)) from e
+
+
+def _upload_failure(url: str, store: str, e: Exception) -> str:
+    fix = "give this machine write access to it"
+    if store.startswith("s3://"):
+        fix += (
+            " (AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY or AWS_PROFILE; AWS_ENDPOINT_URL for a non-AWS"
+            " endpoint)"
+        )
+    return mask_url(
+        f"could not upload the fn artifact to {url}: {type(e).__name__}: {e}. {fix[0].upper()}{fix[1:]},"
+        " or pass --artifact_store a store this machine can write and every node can read"
+        " (--dryrun uploads nothing)"
+    )
 
 
 def _is_remote(url: str) -> bool:
     return "://" in url and not url.startswith("file://")
 
 
-def validate_io(input: str, output: str, overwrite: bool) -> None:
-    """Fail before launch when local inputs are missing or the output is already complete."""
+def validate_io(input: str, output: str, overwrite: bool, local_fs: bool = True) -> None:
+    """Fail before launch when local inputs are missing or the output is already complete.
+
+    With ``local_fs=False`` (a job that does not see this machine's files) local paths are the
+    job's (mounts), so they are compared by their roots, not listed or opened here.
+    """
     if not split_patterns(input):
         raise ValueError("--input is empty; pass a glob such as 'data/*.jsonl'")
+    if not local_fs:
+        check_disjoint([], output, split_patterns(input))
+        if not overwrite and _is_remote(output) and _complete(output):
+            raise FileExistsError(
+                f"{success_url(output)} exists: the output is complete. Pass --overwrite True to replace it"
+            )
+        return
     check_io_disjoint(split_patterns(input), output)
     if not _is_remote(output):
         refuse_if_held(output)
@@ -151,22 +204,41 @@ def runner_app(
     role = app.roles[0]
     cmd = role.args[-1]
     assert cmd.startswith("torchrun "), cmd
-    # The client's interpreter directory goes first on PATH: on local schedulers torchrun and
-    # python then come from the environment that built the job even if it is not activated;
-    # elsewhere the directory does not exist and PATH lookup falls through to the image's.
-    bindir = shlex.quote(os.path.dirname(sys.executable))
     restarts = f"--max_restarts {int(max_restarts)} " if max_restarts else ""
-    role.args[-1] = f'PATH={bindir}:"$PATH" torchrun {restarts}{cmd[len("torchrun ") :]}'
+    role.args[-1] = f"torchrun {restarts}{cmd[len('torchrun ') :]}"
     role.name = op
     app.metadata = {META_OUTPUT: output, META_OP: op}
+    return for_scheduler(app, "local_cwd")
+
+
+def _path_prefix(bindir: str) -> str:
+    return f'PATH={shlex.quote(bindir)}:"$PATH" '
+
+
+def for_scheduler(app: specs.AppDef, scheduler: Optional[str]) -> specs.AppDef:
+    """The client's interpreter directory first on ``PATH`` for local_cwd, and only there.
+
+    On local_cwd, torchrun and python then come from the environment that built the job even
+    when it is not activated (``.venv/bin/torchx run -s local_cwd ...``). Any other scheduler
+    runs the image's (or the cluster node's) torchrun: the client's path would mean nothing
+    there, so it is not baked into the spec. Idempotent; changes ``app`` in place and returns it.
+    """
+    role = app.roles[0]
+    old = app.metadata.pop(META_CLIENT_BIN, None)
+    if old is not None and role.args[-1].startswith(_path_prefix(old)):
+        role.args[-1] = role.args[-1][len(_path_prefix(old)) :]
+    if _target.Target(scheduler).uses_client_python:
+        bindir = os.path.dirname(sys.executable)
+        role.args[-1] = _path_prefix(bindir) + role.args[-1]
+        app.metadata[META_CLIENT_BIN] = bindir
     return app
 
 
-def fn_args(fn: Optional[str], store: Optional[str], backend: str) -> List[str]:
-    """Runner arguments for an optional ``--fn``."""
+def fn_args(fn: Optional[str], store: Optional[str], backend: str, dryrun: bool = False) -> List[str]:
+    """Runner arguments for an optional ``--fn`` (packaged but not uploaded on a dry run)."""
     if not fn:
         return []
-    ref = resolve_fn(fn, store, backend)
+    ref = resolve_fn(fn, store, backend, dryrun)
     return ["--artifact", ref.url, "--sha256", ref.sha256]
 
 

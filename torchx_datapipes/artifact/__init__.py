@@ -153,6 +153,8 @@ def package(
     *,
     storage_options: Optional[Mapping[str, Any]] = None,
     warn_mb: Optional[float] = None,
+    upload: bool = True,
+    before_upload: Optional[Callable[[ArtifactRef, int], None]] = None,
 ) -> ArtifactRef:
     """Serialize ``obj`` with ``backend`` into ``{store}/{sha256}.{ext}`` and return its reference.
 
@@ -163,6 +165,8 @@ def package(
         storage_options: passed to fsspec for ``store``.
         warn_mb: warn (``UserWarning``) when the artifact is larger than this many MB; default
             ``$TXDP_ARTIFACT_WARN_MB`` or 10; 0 never warns.
+        upload: ``False`` serializes and hashes only (the reference of a dry run); nothing is written.
+        before_upload: called with the reference and the size in bytes before anything is written.
     """
     _check_backend(backend)
     impl = _BACKENDS[backend]
@@ -171,9 +175,13 @@ def package(
     digest = hashlib.sha256(data).hexdigest()
     root = _store.normalize_store(store)
     url = f"{root}/{digest}.{_store.EXTS[backend]}"
+    ref = ArtifactRef(url=url, sha256=digest, backend=backend, **vers)
+    if before_upload is not None:
+        before_upload(ref, len(data))
+    if not upload:
+        return ref
     _store.write_once(url, data, storage_options)
     qualname, module = _describe(obj)
-    ref = ArtifactRef(url=url, sha256=digest, backend=backend, **vers)
     fields = {**asdict(ref), "format": FORMAT, "size": len(data), "qualname": qualname, "module": module}
     _write_sidecar(f"{root}/{digest}.{_store.SIDECAR_EXT}", fields, storage_options)
     _warn_if_large(obj, backend, url, len(data), warn_mb)
