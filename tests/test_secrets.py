@@ -41,6 +41,15 @@ def _messages(e: BaseException) -> List[str]:
     return out
 
 
+@pytest.mark.parametrize(
+    "url", ["sqlite:///abs/dir/c.db?namespace=demo", "sqlite:///abs/c.db", "memory://", "redis://h:6379/0"]
+)
+def test_a_url_without_a_password_reaches_the_runner_unchanged(project: Path, url: str) -> None:
+    """make demo's sqlite:///ABS cache URL once lost its '//' on the way to the command line."""
+    app = components.transform(fn="t.py:f", input="data/*.jsonl", output="out", cache=url)
+    assert _cache_arg(app.roles[0].args[-1]) == url
+
+
 @pytest.mark.parametrize("userinfo", [f":{PW}", f"alice:{PW}"])
 def test_appdef_carries_no_secret(project: Path, userinfo: str) -> None:
     url = f"redis://{userinfo}@127.0.0.1:6399/0?namespace=n"

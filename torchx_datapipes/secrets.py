@@ -54,7 +54,9 @@ def strip_options(url: str, names: Tuple[str, ...]) -> str:
 
 
 def _with_query(parts: urllib.parse.SplitResult, netloc: str, query: str) -> str:
-    return urllib.parse.urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
+    # Not urlunsplit: it drops the "//" of an empty netloc (sqlite:///abs/path -> sqlite:/abs/path).
+    url = f"{parts.scheme}://{netloc}{parts.path}"
+    return url + (f"?{query}" if query else "") + (f"#{parts.fragment}" if parts.fragment else "")
 
 
 def _host(parts: urllib.parse.SplitResult) -> str:
