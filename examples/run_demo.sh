@@ -15,10 +15,11 @@ fi
 # --cache memoizes tokenize per record in a node-local sqlite file: run `make demo` twice and
 # the second transform computes nothing (the summary below shows the hits).
 mkdir -p "$OUT"
+OUT_ABS=$(cd "$OUT" && pwd)
 echo "== transform: clean and tokenize $DATA/*.jsonl"
 torchx run -s local_cwd torchx_datapipes.components:transform \
   --fn examples/transforms.py:tokenize --input "$DATA/*.jsonl" --output "$OUT/clean" \
-  -j 1x2 --on_error skip --overwrite True --cache "sqlite://$(pwd)/$OUT/cache.db?namespace=demo"
+  -j 1x2 --on_error skip --overwrite True --cache "sqlite://$OUT_ABS/cache.db?namespace=demo"
 
 echo "== split: train/val/test by id"
 torchx run -s local_cwd torchx_datapipes.components:split \

@@ -1,0 +1,33 @@
+"""`make demo` as the README promises it: three real torchx jobs, and a rerun that computes nothing."""
+
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+from tdp_testutil import VENV_BIN
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.mark.e2e
+def test_demo_runs_and_a_rerun_is_served_by_the_cache(tmp_path: Path) -> None:
+    env = {
+        **os.environ,
+        "PATH": f"{VENV_BIN}:{os.environ.get('PATH', '')}",
+        "DEMO_DATA": str(tmp_path / "data"),
+        "DEMO_OUT": str(tmp_path / "out"),
+        "DEMO_N": "2000",
+    }
+    for attempt in range(2):
+        proc = subprocess.run(
+            ["bash", str(ROOT / "examples/run_demo.sh")], env=env, capture_output=True, text=True, timeout=300
+        )
+        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+        clean = json.loads((tmp_path / "out/clean/_SUCCESS").read_text())
+        assert clean["records_in"] == 2000 and clean["bad"] == 0
+        assert clean["cache"]["hits"] == (2000 if attempt else 0), clean["cache"]
+    split = json.loads((tmp_path / "out/split/_SUCCESS").read_text())
+    assert sum(split["splits"].values()) == 2000
+    assert (tmp_path / "out/stats/report.html").stat().st_size > 0
