@@ -1,8 +1,9 @@
 """The op-agnostic spine: plan units, run them on (rank, worker) slots, commit.
 
-Each rank plans the same units from the input alone, takes ``units[slot::slots]`` for
-each of its worker slots (``slot = rank * num_workers + worker``) and skips units whose
-commit record already carries this job's fingerprint, which makes torchrun restarts and
+Rank 0 plans the units from the input alone and shares the plan; each worker slot
+(``slot = rank * num_workers + worker``) claims the next unit from the job's store (largest
+first; ``--assign static``: ``units[slot::slots]``, see ``runner/claim.py``) and skips units
+whose commit record already carries this job's fingerprint, which makes torchrun restarts and
 relaunches resume. After a barrier, rank 0 checks that every unit committed and writes
 ``_SUCCESS`` last.
 """
@@ -27,10 +28,11 @@ from torchx_datapipes.io.checksum import verify, verify_sizes
 from torchx_datapipes.io.formats import UnitReader
 from torchx_datapipes.io.fs import check_disjoint, expand_input_files, fs_and_path, join
 from torchx_datapipes.io.lease import Lease, run_identity
-from torchx_datapipes.io.units import Unit, assign, plan_units
+from torchx_datapipes.io.units import Unit, plan_units
 from torchx_datapipes.runner.badrecords import ErrorSink, OnError
+from torchx_datapipes.runner.claim import Claimer, Counters, LocalCounters, StoreCounters, counter_names
 from torchx_datapipes.runner.dist import Dist, die_with_agent
-from torchx_datapipes.runner.progress import Progress
+from torchx_datapipes.runner.progress import JobProgress, Progress
 
 
 @dataclass(frozen=True)
@@ -50,6 +52,7 @@ class RunConfig:
     unit_mb: float = 64.0
     timeout_s: float = 6 * 3600.0
     progress_s: float = 5.0
+    assign: str = "dynamic"  # dynamic claiming or static strided assignment (never in the fingerprint)
 
 
 class UnitFn(Protocol):
@@ -74,7 +77,7 @@ class Op(Protocol):
         ...
 
 
-_ACTIVE: Optional[Tuple["Engine", str, UnitFn]] = None  # what forked workers run
+_ACTIVE: Optional[Tuple["Engine", str, UnitFn, Counters]] = None  # what forked workers run
 
 
 def _die_with_parent() -> None:
@@ -86,8 +89,8 @@ def _die_with_parent() -> None:
 
 def _slot_in_child(slot: int) -> Dict[str, Any]:
     assert _ACTIVE is not None
-    engine, pass_name, fn = _ACTIVE
-    return engine.run_slot(slot, pass_name, fn)
+    engine, pass_name, fn, counters = _ACTIVE
+    return engine.run_slot(slot, pass_name, fn, counters)
 
 
 class Engine:
@@ -193,42 +196,69 @@ class Engine:
         w = max(1, self.cfg.num_workers)
         return self.dist.world_size * w, [self.dist.rank * w + i for i in range(w)]
 
+    def counters(self, pass_name: str) -> Counters:
+        """The pass's shared counters: the job's store under torchrun, else local ones (before any fork)."""
+        if self.dist.store is not None:
+            return StoreCounters.for_attempt(self.dist.store, self.dist.restart, self.cfg.timeout_s)
+        return LocalCounters(counter_names(pass_name))
+
     def run_pass(self, pass_name: str, fn: UnitFn) -> None:
-        """Run ``fn`` on every unit of this rank's slots (in worker processes if more than one)."""
+        """Run ``fn`` on every unit this rank's slots claim (in worker processes if more than one)."""
         global _ACTIVE
         _, mine = self.slots()
-        if len(mine) == 1:
-            self.run_slot(mine[0], pass_name, fn)
-            return
-        _ACTIVE = (self, pass_name, fn)
+        counters = self.counters(pass_name)
+        monitor = self._job_progress(pass_name, counters)
         try:
+            if len(mine) == 1:
+                self.run_slot(mine[0], pass_name, fn, counters)
+                return
+            _ACTIVE = (self, pass_name, fn, counters)
             ctx = mp.get_context("fork")
             with ProcessPoolExecutor(len(mine), mp_context=ctx, initializer=_die_with_parent) as pool:
-                with self.lease.busy if self.lease is not None else contextlib.nullcontext():
-                    futures = [pool.submit(_slot_in_child, s) for s in mine]  # forks: no heartbeat in flight
+                busy = self.lease.busy if self.lease is not None else contextlib.nullcontext()
+                quiet = monitor.lock if monitor is not None else contextlib.nullcontext()
+                with busy, quiet:  # forks: no heartbeat or progress read in flight
+                    futures = [pool.submit(_slot_in_child, s) for s in mine]
                 for f in futures:
                     f.result()
         finally:
             _ACTIVE = None
+            if monitor is not None:
+                monitor.stop()
+
+    def _job_progress(self, pass_name: str, counters: Counters) -> Optional[JobProgress]:
+        """On rank 0: a daemon thread logging job-wide progress from the shared counters."""
+        if self.dist.rank != 0 or self.cfg.progress_s <= 0:
+            return None
+        reader = counters.fresh() if isinstance(counters, StoreCounters) else counters
+        monitor = JobProgress(
+            f"{pass_name} job", pass_name, reader, len(self.units), sum(u.nbytes for u in self.units),
+            self.cfg.progress_s,
+        )  # fmt: skip
+        monitor.start()
+        return monitor
 
     def meta_name(self, unit: Unit, pass_name: str) -> str:
         return unit.name if pass_name == "main" else f"{unit.name}.{pass_name}"
 
-    def run_slot(self, slot: int, pass_name: str, fn: UnitFn) -> Dict[str, Any]:
+    def run_slot(self, slot: int, pass_name: str, fn: UnitFn, counters: Counters) -> Dict[str, Any]:
         nslots, _ = self.slots()
-        units = assign(self.units, slot, nslots)
+        claimer = Claimer(self.units, pass_name, self.cfg.assign, counters, slot, nslots)
         w = max(1, self.cfg.num_workers)
         label = f"{pass_name} rank {self.dist.rank}/{self.dist.world_size} worker {slot % w}/{w}"
-        progress = Progress(label, sum(u.nbytes for u in units), self.cfg.progress_s)
+        planned = sum(u.nbytes for u in claimer.order) if self.cfg.assign == "static" else 0
+        progress = Progress(label, planned, self.cfg.progress_s)
         done = skipped = 0
-        for unit in units:
+        for unit in claimer:
             name = self.meta_name(unit, pass_name)
+            before = progress.records
             if self.committed(unit, name, label):
                 skipped += 1
             else:
-                self.process(unit, name, fn, progress)
+                self.process(unit, name, fn, progress, slot)
                 done += 1
             progress.unit_done(unit.nbytes)
+            claimer.report(progress.records - before, 1, unit.nbytes)
         if skipped:
             print(f"[{label}] resumed: skipped {skipped} committed unit(s)", file=sys.stderr, flush=True)
         return {"slot": slot, "done": done, "skipped": skipped, "records": progress.records}
@@ -247,7 +277,7 @@ class Engine:
         )
         return False
 
-    def process(self, unit: Unit, name: str, fn: UnitFn, progress: Progress) -> None:
+    def process(self, unit: Unit, name: str, fn: UnitFn, progress: Progress, slot: int = 0) -> None:
         t = time.time()
         reader = UnitReader(unit, self.cfg.batch_size)
         reader.on_batch = progress.update
@@ -269,6 +299,10 @@ class Engine:
             "bytes_read": reader.bytes_read,
             "errors": errors,
             "wall_s": round(time.time() - t, 4),
+            "slot": slot,
+            "rank": self.dist.rank,
+            "worker": slot % max(1, self.cfg.num_workers),
+            "attempt": self.dist.restart,
             **extra,
             "files": files,
         }
@@ -309,6 +343,8 @@ class Engine:
                 },
                 "world_size": self.dist.world_size,
                 "num_workers": c.num_workers,
+                "assign": c.assign,
+                "slots": slot_counts(metas),
                 "records_in": totals["records_in"],
                 "bad": totals["bad"],
                 "blank_lines": totals["blank_lines"],
@@ -370,6 +406,15 @@ def check_error_rate(metas: List[Dict[str, Any]], input_bytes: int, limit: float
             " (1.0 accepts any share of bad records)"
         )
     return rate
+
+
+def slot_counts(metas: List[Dict[str, Any]]) -> Dict[str, int]:
+    """How many of the committed units each slot ran (``{"0": 3, "1": 5}``, slots in order)."""
+    counts: Dict[int, int] = {}
+    for m in metas:
+        if "slot" in m:
+            counts[int(m["slot"])] = counts.get(int(m["slot"]), 0) + 1
+    return {str(k): counts[k] for k in sorted(counts)}
 
 
 def _hold_on_to_success() -> None:
