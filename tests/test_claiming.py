@@ -2,6 +2,7 @@
 
 import io
 import json
+import os
 from pathlib import Path
 from typing import Any, Dict, List
 
@@ -11,7 +12,7 @@ from tdp_testutil import make_dataset, part_bytes, run_op
 from torchx_datapipes.io.units import Unit
 from torchx_datapipes.options import OptionError
 from torchx_datapipes.runner.badrecords import RecordError
-from torchx_datapipes.runner.claim import Claimer, LocalCounters, claim_order, counter_names
+from torchx_datapipes.runner.claim import Claimer, LocalCounters, StoreCounters, claim_order, counter_names
 from torchx_datapipes.runner.main import summary
 from torchx_datapipes.runner.progress import JobProgress
 
@@ -123,3 +124,51 @@ def slow_upper(r: Dict[str, Any]) -> Any:
 
     time.sleep(0.0005)
     return {**r, "text": r["text"].upper()}
+
+
+def _claim_in_child(counters: StoreCounters, units: List[Unit], slot: int, q: Any) -> None:
+    claimer = Claimer(units, "main", "dynamic", counters, slot, 2)
+    got = []
+    for u in claimer:
+        got.append(u.index)
+        claimer.report(10, 1, u.nbytes)
+    q.put((slot, os.getpid(), got, counters.store() is not PARENT_STORE[0]))
+
+
+PARENT_STORE: List[Any] = [None]
+
+
+def test_store_claimer_reconnects_after_fork(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The store backend as under torchrun: forked slots open their own client with the attempt's prefix."""
+    import multiprocessing as mp
+    import socket
+    from datetime import timedelta
+
+    import torch.distributed as dist
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    master = dist.TCPStore("127.0.0.1", port, None, is_master=True, timeout=timedelta(seconds=30))
+    monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
+    monkeypatch.setenv("MASTER_PORT", str(port))
+    parent = dist.PrefixStore("/tdp/attempt_3", dist.TCPStore("127.0.0.1", port, None, is_master=False))
+    PARENT_STORE[0] = parent
+    counters = StoreCounters.for_attempt(parent, 3, 30.0)
+    units = [Unit(i, f"f{i}", 100 - i) for i in range(9)]
+    ctx = mp.get_context("fork")
+    q = ctx.Queue()
+    procs = [ctx.Process(target=_claim_in_child, args=(counters, units, s, q)) for s in (0, 1)]
+    for p in procs:
+        p.start()
+    results = [q.get(timeout=30) for _ in procs]
+    for p in procs:
+        p.join(timeout=30)
+    claimed = sorted(i for _, _, got, _ in results for i in got)
+    assert claimed == list(range(9))  # every unit once, over both slots
+    assert all(own for *_, own in results)  # each child used a client of its own
+    assert master.add("/tdp/attempt_3/claim/main/next", 0) == 9 + 2  # 9 claims, one past the end per slot
+    jp = JobProgress("main job", "main", counters.fresh(), 9, sum(u.nbytes for u in units), 1.0)
+    units_done, records, nbytes = jp.read()
+    assert (units_done, records, nbytes) == (9, 90, sum(u.nbytes for u in units))
+    assert not master.check(["claim/main/next"])  # nothing outside the attempt's prefix
