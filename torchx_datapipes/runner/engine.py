@@ -31,6 +31,7 @@ from torchx_datapipes.io.lease import Lease, run_identity
 from torchx_datapipes.io.units import Unit, plan_units
 from torchx_datapipes.runner.badrecords import ErrorSink, OnError
 from torchx_datapipes.runner.claim import Claimer, Counters, LocalCounters, StoreCounters, counter_names
+from torchx_datapipes.runner.context import PassContext, UnitFn
 from torchx_datapipes.runner.dist import Dist, die_with_agent
 from torchx_datapipes.runner.progress import JobProgress, Progress
 
@@ -55,10 +56,6 @@ class RunConfig:
     assign: str = "dynamic"  # dynamic claiming or static strided assignment (never in the fingerprint)
 
 
-class UnitFn(Protocol):
-    def __call__(self, unit: Unit, reader: UnitReader, sink: ErrorSink) -> Dict[str, Any]: ...
-
-
 class Op(Protocol):
     """One operation on the spine (transform, split, stats)."""
 
@@ -68,11 +65,11 @@ class Op(Protocol):
         """Options that change the output (part of the fingerprint and the manifest)."""
         ...
 
-    def run(self, engine: "Engine") -> None:
-        """Run the op's passes with ``engine.run_pass``."""
+    def run(self, ctx: PassContext) -> None:
+        """Run the op's passes with ``ctx.run_pass``."""
         ...
 
-    def finalize(self, engine: "Engine", metas: List[Dict[str, Any]]) -> Dict[str, Any]:
+    def finalize(self, ctx: PassContext, metas: List[Dict[str, Any]]) -> Dict[str, Any]:
         """On rank 0 after every unit committed: extra manifest fields (may write side files)."""
         ...
 
@@ -133,7 +130,7 @@ class Engine:
         try:
             self.plan()
             self.barrier()
-            self.op.run(self)
+            self.op.run(self.context())
             self.barrier()
             if d.rank != 0:
                 _hold_on_to_success()  # past the final barrier: a late kill must not fail the job
@@ -190,6 +187,15 @@ class Engine:
 
     def barrier(self) -> None:
         self.dist.barrier(self.cfg.timeout_s)
+
+    def context(self) -> PassContext:
+        """What the op sees of this engine (after ``plan``)."""
+        c, d = self.cfg, self.dist
+        return PassContext(
+            output=c.output, rank=d.rank, world_size=d.world_size, num_workers=c.num_workers,
+            artifact=c.artifact, sha256=c.sha256, units=list(self.units), inputs=list(self.inputs),
+            options=self.options(), run_pass=self.run_pass, barrier=self.barrier, load_metas=self.load_metas,
+        )  # fmt: skip
 
     # -- passes ---------------------------------------------------------------------------
     def slots(self) -> Tuple[int, List[int]]:
@@ -329,7 +335,7 @@ class Engine:
         rate = check_error_rate(metas, sum(u.nbytes for u in self.units), c.max_error_rate, c.output)
         if self.lease is not None:
             self.lease.check()  # before finalize writes side files (stats.json, reports)
-        extra = self.op.finalize(self, metas)
+        extra = self.op.finalize(self.context(), metas)
         self._remove_strays(metas)
         manifest = mf.base_manifest(self.op.name, [{"path": p, "size": s} for p, s in self.inputs], {})
         manifest.update(
