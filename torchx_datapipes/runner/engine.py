@@ -27,6 +27,7 @@ from torchx_datapipes.io import manifest as mf
 from torchx_datapipes.io.checksum import verify, verify_sizes
 from torchx_datapipes.io.formats import UnitReader
 from torchx_datapipes.io.fs import check_disjoint, expand_input_files, fs_and_path, join
+from torchx_datapipes.io.layout import ERRORS_DIR, LEASE, PART_PREFIX, STALE_LEASE_PREFIX, TMP_PREFIX
 from torchx_datapipes.io.lease import Lease, run_identity
 from torchx_datapipes.io.units import Unit, plan_units
 from torchx_datapipes.runner.badrecords import ErrorSink, OnError
@@ -357,7 +358,7 @@ class Engine:
                 "lost_bytes": sum(int(m.get("lost_bytes", 0)) for m in metas),
                 "error_rate": rate,
                 "max_error_rate": c.max_error_rate,
-                "errors_dir": join(c.output, "_errors") if totals["bad"] else None,
+                "errors_dir": join(c.output, ERRORS_DIR) if totals["bad"] else None,
                 "wall_time_s": round(time.time() - self.t0, 3),
                 **extra,
                 "units": [_unit_summary(m) for m in metas],
@@ -386,8 +387,9 @@ class Engine:
         keep |= {fs_and_path(m["errors"])[1] for m in metas if m.get("errors")}
         for p in fs.find(root):
             base = p.rsplit("/", 1)[-1]
-            stray_part = base.startswith("part-") and p not in keep
-            if (base.startswith((".tmp-", "_LEASE.stale-")) or stray_part) and not base.endswith("-_LEASE"):
+            stray_part = base.startswith(PART_PREFIX) and p not in keep
+            stray = base.startswith((TMP_PREFIX, STALE_LEASE_PREFIX)) or stray_part
+            if stray and not base.endswith(f"-{LEASE}"):
                 try:  # the lease's heartbeat writes .tmp-*-_LEASE files of its own: leave them
                     fs.rm(p)
                 except FileNotFoundError:
@@ -407,7 +409,7 @@ def check_error_rate(metas: List[Dict[str, Any]], input_bytes: int, limit: float
         raise DatapipesError(
             f"{bad:,} of {records_in:,} records were bad{lost_note}:"
             f" error rate {rate:.2%}, above"
-            f" --max_error_rate {limit:g} (default 0.1); see {join(output, '_errors')}/ for file, line and"
+            f" --max_error_rate {limit:g} (default 0.1); see {join(output, ERRORS_DIR)}/ for file, line and"
             " error of each. Fix the input or the function, or rerun with a higher --max_error_rate"
             " (1.0 accepts any share of bad records)"
         )

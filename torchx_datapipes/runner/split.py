@@ -23,6 +23,7 @@ import orjson
 from torchx_datapipes.io.checksum import write_file, write_summed
 from torchx_datapipes.io.formats import UnitReader
 from torchx_datapipes.io.fs import fs_and_path, join, read_bytes
+from torchx_datapipes.io.layout import ERRORS_DIR
 from torchx_datapipes.io.units import Unit
 from torchx_datapipes.io.writers import PartWriter, encode_checked, part_name
 from torchx_datapipes.runner.apply import Applier
@@ -234,7 +235,7 @@ class SplitOp:
         raise RecordError(
             f"{reader.unit.path}, {where}: cannot split: {type(e).__name__}: {what}\n  fix: correct the"
             f" record or --key/--stratify, or rerun with --on_error skip to write such records to"
-            f" {join(self.cfg.output, '_errors')}/ and go on"
+            f" {join(self.cfg.output, ERRORS_DIR)}/ and go on"
         )
 
     def _assign(

@@ -13,6 +13,7 @@ from torchx_datapipes.io import manifest as mf
 from torchx_datapipes.io.checksum import write_file, write_summed
 from torchx_datapipes.io.formats import UnitReader
 from torchx_datapipes.io.fs import join, read_bytes
+from torchx_datapipes.io.layout import unit_file
 from torchx_datapipes.io.units import Unit
 from torchx_datapipes.runner.apply import Applier
 from torchx_datapipes.runner.badrecords import ErrorSink
@@ -45,7 +46,7 @@ class StatsOp:
         ctx.run_pass("main", self.process)
 
     def partial_url(self, unit: Unit) -> str:
-        return join(self.output, "_units", f"{unit.name}.stats")
+        return join(self.output, unit_file(unit.name, "stats"))
 
     def process(self, unit: Unit, reader: UnitReader, sink: ErrorSink) -> Dict[str, Any]:
         partial = StatsPartial(self.config)
@@ -61,7 +62,7 @@ class StatsOp:
                 sink.drain_parse_errors()
                 partial.update(recs)
             sink.drain_parse_errors()
-        written = write_summed(self.output, f"_units/{unit.name}.stats", partial.to_bytes())
+        written = write_summed(self.output, unit_file(unit.name, "stats"), partial.to_bytes())
         return {"records_out": partial.records, "filtered": filtered, "files": [written]}
 
     def finalize(self, ctx: PassContext, metas: List[Dict[str, Any]]) -> Dict[str, Any]:
