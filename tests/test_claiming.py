@@ -14,7 +14,7 @@ from torchx_datapipes.options import OptionError
 from torchx_datapipes.runner.badrecords import RecordError
 from torchx_datapipes.runner.claim import Claimer, LocalCounters, StoreCounters, claim_order, counter_names
 from torchx_datapipes.runner.main import summary
-from torchx_datapipes.runner.progress import JobProgress
+from torchx_datapipes.runner.progress import JobProgress, Progress
 
 SIZES = [300, 20, 40, 10, 120, 5, 60, 30]  # records per file: very different units
 
@@ -172,3 +172,34 @@ def test_store_claimer_reconnects_after_fork(monkeypatch: pytest.MonkeyPatch) ->
     units_done, records, nbytes = jp.read()
     assert (units_done, records, nbytes) == (9, 90, sum(u.nbytes for u in units))
     assert not master.check(["claim/main/next"])  # nothing outside the attempt's prefix
+
+
+def test_no_option_is_a_prefix_of_torchx_runs_own() -> None:
+    """argparse abbreviations see the whole command line: ``--assign`` must not shadow ``torchx run``'s."""
+    import argparse
+
+    from torchx.cli.cmd_run import CmdRun
+
+    parser = argparse.ArgumentParser()
+    CmdRun().add_arguments(parser)
+    own = [o for a in parser._actions for o in a.option_strings if o.startswith("--")]
+    from torchx_datapipes.options import SPECS
+
+    for spec in SPECS.values():
+        for opt in spec.options:
+            if opt.name == "h":  # dist.ddp's own named-resource option, kept as TorchX spells it
+                continue
+            clash = [o for o in own if o.startswith(f"--{opt.name}") and o != f"--{opt.name}"]
+            assert not clash, f"{spec.op} --{opt.name} is a prefix of torchx run's {clash}"
+    assert any(o.name == "assign" for o in SPECS["transform"].options)
+
+
+def test_a_long_unit_reports_records_midway() -> None:
+    shared: List[int] = []
+    now = [0.0]
+    p = Progress("main", 0, 0.0, clock=lambda: now[0], share=shared.append, share_s=1.0)
+    p.update(100, 10)
+    now[0] = 1.5
+    p.update(50, 20)
+    p.update(25, 30)
+    assert shared == [150] and p.unshared() == 25 and p.unshared() == 0

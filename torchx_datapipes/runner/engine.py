@@ -254,18 +254,18 @@ class Engine:
         w = max(1, self.cfg.num_workers)
         label = f"{pass_name} rank {self.dist.rank}/{self.dist.world_size} worker {slot % w}/{w}"
         planned = sum(u.nbytes for u in claimer.order) if self.cfg.assign == "static" else 0
-        progress = Progress(label, planned, self.cfg.progress_s)
+        share = (lambda n: claimer.report(n, 0, 0)) if self.cfg.progress_s > 0 else None
+        progress = Progress(label, planned, self.cfg.progress_s, share=share, share_s=self.cfg.progress_s / 2)
         done = skipped = 0
         for unit in claimer:
             name = self.meta_name(unit, pass_name)
-            before = progress.records
             if self.committed(unit, name, label):
                 skipped += 1
             else:
                 self.process(unit, name, fn, progress, slot)
                 done += 1
             progress.unit_done(unit.nbytes)
-            claimer.report(progress.records - before, 1, unit.nbytes)
+            claimer.report(progress.unshared(), 1, unit.nbytes)
         if skipped:
             print(f"[{label}] resumed: skipped {skipped} committed unit(s)", file=sys.stderr, flush=True)
         return {"slot": slot, "done": done, "skipped": skipped, "records": progress.records}

@@ -26,15 +26,26 @@ class Progress:
         every_s: float = 5.0,
         out: TextIO = sys.stderr,
         clock: Callable[[], float] = time.monotonic,
+        share: Optional[Callable[[int], None]] = None,
+        share_s: float = 1.0,
     ) -> None:
         self.label, self.total, self.every, self.out, self.clock = label, total_bytes, every_s, out, clock
-        self.t0 = self.last = clock()
+        self.t0 = self.last = self.last_share = clock()
         self.records = 0
         self.bytes_before = 0  # bytes of units already finished
+        self.share, self.share_s, self.shared = share, share_s, 0  # records added to the job's counters
+
+    def unshared(self) -> int:
+        """Records not yet added to the job-wide counters (and count them as added now)."""
+        n, self.shared = self.records - self.shared, self.records
+        return n
 
     def update(self, records: int, unit_bytes_done: int) -> None:
         self.records += records
         now = self.clock()
+        if self.share is not None and now - self.last_share >= self.share_s:  # a long unit: report midway
+            self.last_share = now
+            self.share(self.unshared())
         if self.every > 0 and now - self.last >= self.every:
             self.last = now
             self.out.write(self.line(self.bytes_before + unit_bytes_done, now) + "\n")
