@@ -22,7 +22,7 @@ FNS = textwrap.dedent(
     from torchx_datapipes import pipeline
 
     def costly(rec):
-        time.sleep(0.01 if rec["heavy"] else 0.002)  # the cost is keyed on a field
+        time.sleep(0.01 if rec["heavy"] else 0.0025)  # the cost is keyed on a field
         return rec
 
     @pipeline
@@ -46,12 +46,12 @@ FNS = textwrap.dedent(
 
 def _skewed(root: Path) -> None:
     """One big slow file (part-0) and eight small fast ones; static puts the big one and 4 more on slot 0."""
-    recs = [{"id": i, "heavy": True, "text": "x" * 40} for i in range(200)]
+    recs = [{"id": i, "heavy": True, "text": "x" * 40} for i in range(240)]
     data = root / "data"
     data.mkdir(parents=True)
     (data / "part-0.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
     for k in range(1, 9):
-        small = [{"id": 1000 * k + i, "heavy": False, "text": "y"} for i in range(60)]
+        small = [{"id": 1000 * k + i, "heavy": False, "text": "y"} for i in range(100)]
         (data / f"part-{k}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in small))
 
 
@@ -70,7 +70,8 @@ def test_dynamic_beats_static_on_skewed_units(tmp_path: Path) -> None:
         assert m["assign"] == assign and sum(m["slots"].values()) == 9
         walls[assign] = m["wall_time_s"]
     print(f"wall time: {walls}")
-    # static: slot 0 runs 2.0 s (big) + 4 x 0.12 s, slot 1 4 x 0.12 s; dynamic: the big one alone on a slot
+    # static: slot 0 runs 2.4 s (big) + 4 x 0.25 s, slot 1 4 x 0.25 s; dynamic: the big one alone on a
+    # slot (2.4 s) while the other runs the eight small ones (2.0 s)
     assert walls["dynamic"] < 0.85 * walls["static"], walls
     assert part_bytes(tmp_path / "out/dynamic") == part_bytes(tmp_path / "out/static")
     assert manifest(tmp_path / "out/static")["slots"] == {"0": 5, "1": 4}
