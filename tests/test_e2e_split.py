@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 import textwrap
@@ -150,7 +151,8 @@ def test_missing_key_names_file_and_line(project: Path) -> None:
         if (project / ".torchx").exists()
         else ""
     )
-    assert "part-0.jsonl, line 1: cannot split: MissingKeyError" in text + logs, text[-3000:]
+    # any file: units are claimed largest first, so which one fails first is not part-0 necessarily
+    assert re.search(r"part-\d\.jsonl, line 1: cannot split: MissingKeyError", text + logs), text[-3000:]
     assert "'user_id'" in text + logs
 
 

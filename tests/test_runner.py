@@ -201,14 +201,15 @@ def test_resume_skips_committed_units(tmp_path: Path) -> None:
             raise RuntimeError("transient")
         return r
 
+    # static assignment, so units 0 and 1 run before unit 2 (dynamic resume: tests/test_claiming.py)
     with pytest.raises(RecordError):
-        run(tmp_path, flaky, str(tmp_path / "d/*.jsonl"))
+        run(tmp_path, flaky, str(tmp_path / "d/*.jsonl"), "out", "--assign", "static")
     first = {p.name for p in calls.iterdir()}
     assert {str(i) for i in range(10)} <= first
     for p in calls.iterdir():
         p.unlink()
     (calls / "healed").touch()
-    m = run(tmp_path, flaky, str(tmp_path / "d/*.jsonl"))
+    m = run(tmp_path, flaky, str(tmp_path / "d/*.jsonl"), "out", "--assign", "static")
     # units 0 and 1 (ids 0-7) committed in the first run and are not recomputed
     assert {p.name for p in calls.iterdir()} == {"healed", "8", "9", "10", "11"}
     assert m["records_out"] == 12 and len(read_output(tmp_path / "out")) == 12

@@ -37,6 +37,7 @@ def transform(
     format: str = "auto",
     output_format: str = "jsonl",
     num_workers: int = 1,
+    assign: str = "dynamic",
     batch_size: int = 1024,
     on_error: str = "raise",
     max_error_rate: float = 0.1,
@@ -60,8 +61,9 @@ def transform(
 ) -> specs.AppDef:
     """Apply a Python function to every record of a data set, exactly once, on every rank and worker.
 
-    The function is packaged on the client into a sha256-pinned artifact; each rank takes every
-    (ranks x workers)-th unit of the input (DistributedSampler's rule, never padded), writes
+    The function is packaged on the client into a sha256-pinned artifact; each slot (rank x worker)
+    claims the next unit of the input, largest first (or, with ``--assign static``, every
+    (ranks x workers)-th unit, DistributedSampler's rule, never padded), writes
     ``OUTPUT/part-NNNNN.jsonl`` per unit atomically, and rank 0 writes ``OUTPUT/_SUCCESS`` (a JSON
     manifest) last. Relaunching a failed job with the same output resumes from committed units.
 
@@ -76,6 +78,8 @@ def transform(
         format: input format: auto (by extension), jsonl, csv, text or parquet
         output_format: jsonl or parquet
         num_workers: worker processes per rank
+        assign: which slot (rank x worker) runs which unit: dynamic (claim the next unit, largest first,
+            from the job's store) or static (unit i on slot i mod slots); never changes the output
         batch_size: records per batch (the batch size of batched functions)
         on_error: raise (stop at the first bad record with file, line and traceback) or skip (write bad
             records to OUTPUT/_errors/ and go on)
@@ -120,6 +124,7 @@ def split(
     format: str = "auto",
     output_format: str = "jsonl",
     num_workers: int = 1,
+    assign: str = "dynamic",
     batch_size: int = 1024,
     on_error: str = "raise",
     max_error_rate: float = 0.1,
@@ -160,6 +165,8 @@ def split(
         format: input format: auto (by extension), jsonl, csv, text or parquet
         output_format: jsonl or parquet
         num_workers: worker processes per rank
+        assign: which slot (rank x worker) runs which unit: dynamic (claim the next unit, largest first,
+            from the job's store) or static (unit i on slot i mod slots); never changes the output
         batch_size: records per batch
         on_error: raise (stop at the first bad record) or skip (write bad records to OUTPUT/_errors/)
         max_error_rate: with on_error=skip, fail the job when bad records / input records exceeds this (in
@@ -194,6 +201,7 @@ def stats(
     fn: Optional[str] = None,
     format: str = "auto",
     num_workers: int = 1,
+    assign: str = "dynamic",
     batch_size: int = 4096,
     on_error: str = "raise",
     max_error_rate: float = 0.1,
@@ -231,6 +239,8 @@ def stats(
         fn: optional transform applied first (stats of the transformed records)
         format: input format: auto (by extension), jsonl, csv, text or parquet
         num_workers: worker processes per rank
+        assign: which slot (rank x worker) runs which unit: dynamic (claim the next unit, largest first,
+            from the job's store) or static (unit i on slot i mod slots); never changes the output
         batch_size: records per batch (statistics are accumulated per batch, vectorised)
         on_error: raise (stop at the first bad record) or skip (count it, write it to OUTPUT/_errors/)
         max_error_rate: with on_error=skip, fail the job when bad records / input records exceeds this (in

@@ -9,13 +9,13 @@ committed unit is skipped on resume only if every file still matches.
 
 import errno
 import os
-import uuid
 from dataclasses import asdict, dataclass
 from typing import Any, Dict, List, Optional, Sequence
 
 import xxhash
 
 from torchx_datapipes.io.fs import fs_and_path, join
+from torchx_datapipes.io.layout import tmp_beside
 
 ALGO = "xxh3_128"
 _CHUNK = 1 << 20
@@ -98,7 +98,7 @@ def write_file(url: str, data: bytes) -> None:
     """
     fs, path = fs_and_path(url)
     parent = os.path.dirname(path)
-    tmp = f"{parent}/.tmp-{uuid.uuid4().hex}-{os.path.basename(path)}"
+    tmp = tmp_beside(path)
     try:
         fs.makedirs(parent, exist_ok=True)
         with fs.open(tmp, "wb") as fh:

@@ -3,12 +3,13 @@
 import datetime
 import os
 import posixpath
-import uuid
 import warnings
 from typing import Any, Dict, List, NamedTuple, Sequence, Tuple
 
 import fsspec
 from fsspec.core import url_to_fs
+
+from torchx_datapipes.io.layout import is_bookkeeping, tmp_beside
 
 _GLOB_CHARS = "*?["
 
@@ -131,7 +132,7 @@ def _walk_local(root: str) -> List[str]:
 
 def _hidden(relpath: str) -> bool:
     """Bookkeeping inside a directory input: any component starting with '_' or '.' (_SUCCESS, _errors/)."""
-    return any(part.startswith(("_", ".")) for part in relpath.split("/") if part)
+    return any(is_bookkeeping(part) for part in relpath.split("/") if part)
 
 
 def normalize(url: str) -> Tuple[str, str]:
@@ -212,7 +213,7 @@ def atomic_write(url: str, data: bytes) -> None:
     """Write ``data`` to a temporary name beside ``url``, then rename it into place."""
     fs, path = fs_and_path(url)
     parent = os.path.dirname(path)
-    tmp = f"{parent}/.tmp-{uuid.uuid4().hex}-{os.path.basename(path)}"
+    tmp = tmp_beside(path)
     fs.makedirs(parent, exist_ok=True)
     with fs.open(tmp, "wb") as fh:
         fh.write(data)

@@ -20,8 +20,8 @@ import orjson
 from torchx_datapipes.errors import DatapipesError
 from torchx_datapipes.io.checksum import write_file
 from torchx_datapipes.io.fs import fs_and_path, join
+from torchx_datapipes.io.layout import LEASE, STALE_LEASE_PREFIX
 
-LEASE = "_LEASE"
 HEARTBEAT_ENV = "TDP_LEASE_HEARTBEAT_S"
 DEFAULT_HEARTBEAT_S = 20.0
 
@@ -135,7 +135,7 @@ class Lease:
         """Move a dead job's lease aside (one taker wins the rename)."""
         fs, path = fs_and_path(self.url)
         try:
-            fs.mv(path, f"{path}.stale-{current.token}")
+            fs.mv(path, f"{os.path.dirname(path)}/{STALE_LEASE_PREFIX}{current.token}")
         except (FileNotFoundError, OSError):
             pass
 

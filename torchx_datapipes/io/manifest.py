@@ -13,8 +13,8 @@ import orjson
 
 from torchx_datapipes.io.checksum import write_file
 from torchx_datapipes.io.fs import exists, fs_and_path, join, read_bytes
+from torchx_datapipes.io.layout import LEASE, SUCCESS, unit_file
 
-SUCCESS = "_SUCCESS"
 MANIFEST_VERSION = 1
 
 
@@ -23,7 +23,7 @@ def fingerprint(obj: Any) -> str:
 
 
 def unit_meta_url(output: str, unit_name: str) -> str:
-    return join(output, "_units", f"{unit_name}.json")
+    return join(output, unit_file(unit_name))
 
 
 def write_unit_meta(output: str, unit_name: str, meta: Dict[str, Any]) -> None:
@@ -63,7 +63,7 @@ def write_manifest(output: str, manifest: Dict[str, Any]) -> None:
     write_file(success_url(output), orjson.dumps(manifest, option=orjson.OPT_INDENT_2))
 
 
-def clear_output(output: str, keep: Tuple[str, ...] = ("_LEASE",)) -> None:
+def clear_output(output: str, keep: Tuple[str, ...] = (LEASE,)) -> None:
     """Remove a previous result: ``_SUCCESS`` first, so it never looks complete midway.
 
     Entries named in ``keep`` (the running job's output lease) stay.

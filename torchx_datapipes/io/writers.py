@@ -4,7 +4,6 @@ A reader that trusts only committed names never sees a half-written part.
 """
 
 import os
-import uuid
 from typing import Any, List, Optional, Tuple
 
 import orjson
@@ -13,6 +12,7 @@ from torchx_datapipes.io.bigints import dumps as exact_dumps
 from torchx_datapipes.io.checksum import FileSum, SummingFile, located
 from torchx_datapipes.io.formats import extra_hint
 from torchx_datapipes.io.fs import fs_and_path
+from torchx_datapipes.io.layout import part_file, tmp_beside
 
 _DUMP_OPTS = orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_NON_STR_KEYS
 OUTPUT_FORMATS = ("jsonl", "parquet")
@@ -36,7 +36,7 @@ class PartWriter:
         self.url, self.fmt = url, fmt
         self.fs, self.path = fs_and_path(url)
         parent = os.path.dirname(self.path)
-        self.tmp = f"{parent}/.tmp-{uuid.uuid4().hex}-{os.path.basename(self.path)}"
+        self.tmp = tmp_beside(self.path)
         try:
             self.fs.makedirs(parent, exist_ok=True)
             raw = self.fs.open(self.tmp, "wb")
@@ -134,5 +134,5 @@ def encode_checked(recs: List[Any]) -> Tuple[List[bytes], List[Tuple[int, str]]]
 
 def part_name(index: int, fmt: str, prefix: Optional[str] = None) -> str:
     ext = "jsonl" if fmt == "jsonl" else "parquet"
-    name = f"part-{index:05d}.{ext}"
+    name = part_file(index, ext)
     return f"{prefix}/{name}" if prefix else name

@@ -13,6 +13,7 @@ OUTPUT_FORMATS = ("jsonl", "parquet")
 ON_ERROR = ("raise", "skip")
 BACKENDS = ("cloudpickle", "torch.package", "module")
 SPLIT_METHODS = ("hash", "exact")
+ASSIGN = ("dynamic", "static")
 
 
 def non_empty(value: Any) -> None:

@@ -43,6 +43,14 @@ def _data(
         ),
         *fmt,
         Option("num_workers", "int", 1, "worker processes per rank", check=c.at_least(1)),
+        Option(
+            "assign",
+            "str",
+            "dynamic",
+            "which slot (rank x worker) runs which unit: dynamic (claim the next unit, largest first, from"
+            " the job's store) or static (unit i on slot i mod slots); never changes the output",
+            choices=c.ASSIGN,
+        ),
         Option("batch_size", "int", batch_size, batch_help, check=c.at_least(1)),
         Option("on_error", "str", "raise", on_error_help, choices=c.ON_ERROR),
         Option(

@@ -11,6 +11,7 @@ from torchx_datapipes.io.bigints import dumps
 from torchx_datapipes.io.checksum import FileSum, write_summed
 from torchx_datapipes.io.formats import BadRecord, UnitReader
 from torchx_datapipes.io.fs import join
+from torchx_datapipes.io.layout import ERRORS_DIR, error_part
 
 
 class OnError(str, enum.Enum):
@@ -102,7 +103,7 @@ class ErrorSink:
                 msg += f"\n  traceback of your function:\n{tb}"
             msg += (
                 f"\n  fix: correct the record, or rerun with --on_error skip to write bad records to"
-                f" {join(self.output, '_errors')}/ and go on"
+                f" {join(self.output, ERRORS_DIR)}/ and go on"
             )
             raise RecordError(msg)
         item = {"file": self.path, "line": line, "stage": b.stage, "error": b.error, "raw": b.raw}
@@ -117,7 +118,7 @@ class ErrorSink:
                 f"{self.path}: {b.error}; the records after line {b.line} are missing."
                 f" fix: re-fetch or recompress the file (check it with gzip -t / zstd -t / xz -t / bzip2 -t),"
                 f" or rerun with --on_error skip to keep the {b.line} lines read, record the unit in"
-                f" {join(self.output, '_errors')}/ and count its lost bytes against --max_error_rate"
+                f" {join(self.output, ERRORS_DIR)}/ and count its lost bytes against --max_error_rate"
             )
         lost = self.reader.lost_bytes
         self.items.append(
@@ -138,7 +139,7 @@ class ErrorSink:
     def commit(self, unit_name: str) -> Optional[str]:
         if not self.items:
             return None
-        rel = f"_errors/part-{unit_name}.jsonl"
+        rel = error_part(unit_name)
         self.file = write_summed(self.output, rel, b"".join(orjson.dumps(i) + b"\n" for i in self.items))
         return join(self.output, rel)
 

@@ -1,8 +1,9 @@
 """The op-agnostic spine: plan units, run them on (rank, worker) slots, commit.
 
-Each rank plans the same units from the input alone, takes ``units[slot::slots]`` for
-each of its worker slots (``slot = rank * num_workers + worker``) and skips units whose
-commit record already carries this job's fingerprint, which makes torchrun restarts and
+Rank 0 plans the units from the input alone and shares the plan; each worker slot
+(``slot = rank * num_workers + worker``) claims the next unit from the job's store (largest
+first; ``--assign static``: ``units[slot::slots]``, see ``runner/claim.py``) and skips units
+whose commit record already carries this job's fingerprint, which makes torchrun restarts and
 relaunches resume. After a barrier, rank 0 checks that every unit committed and writes
 ``_SUCCESS`` last.
 """
@@ -26,11 +27,14 @@ from torchx_datapipes.io import manifest as mf
 from torchx_datapipes.io.checksum import verify, verify_sizes
 from torchx_datapipes.io.formats import UnitReader
 from torchx_datapipes.io.fs import check_disjoint, expand_input_files, fs_and_path, join
+from torchx_datapipes.io.layout import ERRORS_DIR, LEASE, PART_PREFIX, STALE_LEASE_PREFIX, TMP_PREFIX
 from torchx_datapipes.io.lease import Lease, run_identity
-from torchx_datapipes.io.units import Unit, assign, plan_units
+from torchx_datapipes.io.units import Unit, plan_units
 from torchx_datapipes.runner.badrecords import ErrorSink, OnError
+from torchx_datapipes.runner.claim import Claimer, Counters, LocalCounters, StoreCounters, counter_names
+from torchx_datapipes.runner.context import PassContext, UnitFn
 from torchx_datapipes.runner.dist import Dist, die_with_agent
-from torchx_datapipes.runner.progress import Progress
+from torchx_datapipes.runner.progress import JobProgress, Progress
 
 
 @dataclass(frozen=True)
@@ -50,10 +54,7 @@ class RunConfig:
     unit_mb: float = 64.0
     timeout_s: float = 6 * 3600.0
     progress_s: float = 5.0
-
-
-class UnitFn(Protocol):
-    def __call__(self, unit: Unit, reader: UnitReader, sink: ErrorSink) -> Dict[str, Any]: ...
+    assign: str = "dynamic"  # dynamic claiming or static strided assignment (never in the fingerprint)
 
 
 class Op(Protocol):
@@ -65,16 +66,16 @@ class Op(Protocol):
         """Options that change the output (part of the fingerprint and the manifest)."""
         ...
 
-    def run(self, engine: "Engine") -> None:
-        """Run the op's passes with ``engine.run_pass``."""
+    def run(self, ctx: PassContext) -> None:
+        """Run the op's passes with ``ctx.run_pass``."""
         ...
 
-    def finalize(self, engine: "Engine", metas: List[Dict[str, Any]]) -> Dict[str, Any]:
+    def finalize(self, ctx: PassContext, metas: List[Dict[str, Any]]) -> Dict[str, Any]:
         """On rank 0 after every unit committed: extra manifest fields (may write side files)."""
         ...
 
 
-_ACTIVE: Optional[Tuple["Engine", str, UnitFn]] = None  # what forked workers run
+_ACTIVE: Optional[Tuple["Engine", str, UnitFn, Counters]] = None  # what forked workers run
 
 
 def _die_with_parent() -> None:
@@ -86,8 +87,8 @@ def _die_with_parent() -> None:
 
 def _slot_in_child(slot: int) -> Dict[str, Any]:
     assert _ACTIVE is not None
-    engine, pass_name, fn = _ACTIVE
-    return engine.run_slot(slot, pass_name, fn)
+    engine, pass_name, fn, counters = _ACTIVE
+    return engine.run_slot(slot, pass_name, fn, counters)
 
 
 class Engine:
@@ -130,7 +131,7 @@ class Engine:
         try:
             self.plan()
             self.barrier()
-            self.op.run(self)
+            self.op.run(self.context())
             self.barrier()
             if d.rank != 0:
                 _hold_on_to_success()  # past the final barrier: a late kill must not fail the job
@@ -188,47 +189,83 @@ class Engine:
     def barrier(self) -> None:
         self.dist.barrier(self.cfg.timeout_s)
 
+    def context(self) -> PassContext:
+        """What the op sees of this engine (after ``plan``)."""
+        c, d = self.cfg, self.dist
+        return PassContext(
+            output=c.output, rank=d.rank, world_size=d.world_size, num_workers=c.num_workers,
+            artifact=c.artifact, sha256=c.sha256, units=list(self.units), inputs=list(self.inputs),
+            options=self.options(), run_pass=self.run_pass, barrier=self.barrier, load_metas=self.load_metas,
+        )  # fmt: skip
+
     # -- passes ---------------------------------------------------------------------------
     def slots(self) -> Tuple[int, List[int]]:
         w = max(1, self.cfg.num_workers)
         return self.dist.world_size * w, [self.dist.rank * w + i for i in range(w)]
 
+    def counters(self, pass_name: str) -> Counters:
+        """The pass's shared counters: the job's store under torchrun, else local ones (before any fork)."""
+        if self.dist.store is not None:
+            return StoreCounters.for_attempt(self.dist.store, self.dist.restart, self.cfg.timeout_s)
+        return LocalCounters(counter_names(pass_name))
+
     def run_pass(self, pass_name: str, fn: UnitFn) -> None:
-        """Run ``fn`` on every unit of this rank's slots (in worker processes if more than one)."""
+        """Run ``fn`` on every unit this rank's slots claim (in worker processes if more than one)."""
         global _ACTIVE
         _, mine = self.slots()
-        if len(mine) == 1:
-            self.run_slot(mine[0], pass_name, fn)
-            return
-        _ACTIVE = (self, pass_name, fn)
+        counters = self.counters(pass_name)
+        monitor = self._job_progress(pass_name, counters)
         try:
+            if len(mine) == 1:
+                self.run_slot(mine[0], pass_name, fn, counters)
+                return
+            _ACTIVE = (self, pass_name, fn, counters)
             ctx = mp.get_context("fork")
             with ProcessPoolExecutor(len(mine), mp_context=ctx, initializer=_die_with_parent) as pool:
-                with self.lease.busy if self.lease is not None else contextlib.nullcontext():
-                    futures = [pool.submit(_slot_in_child, s) for s in mine]  # forks: no heartbeat in flight
+                busy = self.lease.busy if self.lease is not None else contextlib.nullcontext()
+                quiet = monitor.lock if monitor is not None else contextlib.nullcontext()
+                with busy, quiet:  # forks: no heartbeat or progress read in flight
+                    futures = [pool.submit(_slot_in_child, s) for s in mine]
                 for f in futures:
                     f.result()
         finally:
             _ACTIVE = None
+            if monitor is not None:
+                monitor.stop()
+
+    def _job_progress(self, pass_name: str, counters: Counters) -> Optional[JobProgress]:
+        """On rank 0: a daemon thread logging job-wide progress from the shared counters."""
+        if self.dist.rank != 0 or self.cfg.progress_s <= 0:
+            return None
+        reader = counters.fresh() if isinstance(counters, StoreCounters) else counters
+        monitor = JobProgress(
+            f"{pass_name} job", pass_name, reader, len(self.units), sum(u.nbytes for u in self.units),
+            self.cfg.progress_s,
+        )  # fmt: skip
+        monitor.start()
+        return monitor
 
     def meta_name(self, unit: Unit, pass_name: str) -> str:
         return unit.name if pass_name == "main" else f"{unit.name}.{pass_name}"
 
-    def run_slot(self, slot: int, pass_name: str, fn: UnitFn) -> Dict[str, Any]:
+    def run_slot(self, slot: int, pass_name: str, fn: UnitFn, counters: Counters) -> Dict[str, Any]:
         nslots, _ = self.slots()
-        units = assign(self.units, slot, nslots)
+        claimer = Claimer(self.units, pass_name, self.cfg.assign, counters, slot, nslots)
         w = max(1, self.cfg.num_workers)
         label = f"{pass_name} rank {self.dist.rank}/{self.dist.world_size} worker {slot % w}/{w}"
-        progress = Progress(label, sum(u.nbytes for u in units), self.cfg.progress_s)
+        planned = sum(u.nbytes for u in claimer.order) if self.cfg.assign == "static" else 0
+        share = (lambda n: claimer.report(n, 0, 0)) if self.cfg.progress_s > 0 else None
+        progress = Progress(label, planned, self.cfg.progress_s, share=share, share_s=self.cfg.progress_s / 2)
         done = skipped = 0
-        for unit in units:
+        for unit in claimer:
             name = self.meta_name(unit, pass_name)
             if self.committed(unit, name, label):
                 skipped += 1
             else:
-                self.process(unit, name, fn, progress)
+                self.process(unit, name, fn, progress, slot)
                 done += 1
             progress.unit_done(unit.nbytes)
+            claimer.report(progress.unshared(), 1, unit.nbytes)
         if skipped:
             print(f"[{label}] resumed: skipped {skipped} committed unit(s)", file=sys.stderr, flush=True)
         return {"slot": slot, "done": done, "skipped": skipped, "records": progress.records}
@@ -247,7 +284,7 @@ class Engine:
         )
         return False
 
-    def process(self, unit: Unit, name: str, fn: UnitFn, progress: Progress) -> None:
+    def process(self, unit: Unit, name: str, fn: UnitFn, progress: Progress, slot: int = 0) -> None:
         t = time.time()
         reader = UnitReader(unit, self.cfg.batch_size)
         reader.on_batch = progress.update
@@ -269,6 +306,10 @@ class Engine:
             "bytes_read": reader.bytes_read,
             "errors": errors,
             "wall_s": round(time.time() - t, 4),
+            "slot": slot,
+            "rank": self.dist.rank,
+            "worker": slot % max(1, self.cfg.num_workers),
+            "attempt": self.dist.restart,
             **extra,
             "files": files,
         }
@@ -295,7 +336,7 @@ class Engine:
         rate = check_error_rate(metas, sum(u.nbytes for u in self.units), c.max_error_rate, c.output)
         if self.lease is not None:
             self.lease.check()  # before finalize writes side files (stats.json, reports)
-        extra = self.op.finalize(self, metas)
+        extra = self.op.finalize(self.context(), metas)
         self._remove_strays(metas)
         manifest = mf.base_manifest(self.op.name, [{"path": p, "size": s} for p, s in self.inputs], {})
         manifest.update(
@@ -309,13 +350,15 @@ class Engine:
                 },
                 "world_size": self.dist.world_size,
                 "num_workers": c.num_workers,
+                "assign": c.assign,
+                "slots": slot_counts(metas),
                 "records_in": totals["records_in"],
                 "bad": totals["bad"],
                 "blank_lines": totals["blank_lines"],
                 "lost_bytes": sum(int(m.get("lost_bytes", 0)) for m in metas),
                 "error_rate": rate,
                 "max_error_rate": c.max_error_rate,
-                "errors_dir": join(c.output, "_errors") if totals["bad"] else None,
+                "errors_dir": join(c.output, ERRORS_DIR) if totals["bad"] else None,
                 "wall_time_s": round(time.time() - self.t0, 3),
                 **extra,
                 "units": [_unit_summary(m) for m in metas],
@@ -344,8 +387,9 @@ class Engine:
         keep |= {fs_and_path(m["errors"])[1] for m in metas if m.get("errors")}
         for p in fs.find(root):
             base = p.rsplit("/", 1)[-1]
-            stray_part = base.startswith("part-") and p not in keep
-            if (base.startswith((".tmp-", "_LEASE.stale-")) or stray_part) and not base.endswith("-_LEASE"):
+            stray_part = base.startswith(PART_PREFIX) and p not in keep
+            stray = base.startswith((TMP_PREFIX, STALE_LEASE_PREFIX)) or stray_part
+            if stray and not base.endswith(f"-{LEASE}"):
                 try:  # the lease's heartbeat writes .tmp-*-_LEASE files of its own: leave them
                     fs.rm(p)
                 except FileNotFoundError:
@@ -365,11 +409,20 @@ def check_error_rate(metas: List[Dict[str, Any]], input_bytes: int, limit: float
         raise DatapipesError(
             f"{bad:,} of {records_in:,} records were bad{lost_note}:"
             f" error rate {rate:.2%}, above"
-            f" --max_error_rate {limit:g} (default 0.1); see {join(output, '_errors')}/ for file, line and"
+            f" --max_error_rate {limit:g} (default 0.1); see {join(output, ERRORS_DIR)}/ for file, line and"
             " error of each. Fix the input or the function, or rerun with a higher --max_error_rate"
             " (1.0 accepts any share of bad records)"
         )
     return rate
+
+
+def slot_counts(metas: List[Dict[str, Any]]) -> Dict[str, int]:
+    """How many of the committed units each slot ran (``{"0": 3, "1": 5}``, slots in order)."""
+    counts: Dict[int, int] = {}
+    for m in metas:
+        if "slot" in m:
+            counts[int(m["slot"])] = counts.get(int(m["slot"]), 0) + 1
+    return {str(k): counts[k] for k in sorted(counts)}
 
 
 def _hold_on_to_success() -> None:

@@ -50,6 +50,7 @@ def to_config(args: argparse.Namespace) -> RunConfig:
         unit_mb=args.unit_mb,
         timeout_s=args.timeout_s,
         progress_s=args.progress_s,
+        assign=args.assign,
     )
 
 
@@ -105,7 +106,12 @@ def summary(manifest: Dict[str, Any]) -> str:
         parts.append(f"cache {cache['hits']:,} hits / {cache['misses']:,} misses / {cache['errors']} errors")
     wall = manifest["wall_time_s"]
     rate = manifest["records_in"] / wall if wall else 0.0
-    return ", ".join(parts) + f" in {wall:.2f}s ({rate:,.0f} rec/s)"
+    line = ", ".join(parts) + f" in {wall:.2f}s ({rate:,.0f} rec/s)"
+    slots = manifest.get("slots")
+    if slots:
+        ran = ", ".join(f"slot {s}: {n}" for s, n in slots.items())
+        line += f"; units run per slot ({manifest.get('assign', 'dynamic')}): {ran}"
+    return line
 
 
 @record

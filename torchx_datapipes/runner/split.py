@@ -23,11 +23,13 @@ import orjson
 from torchx_datapipes.io.checksum import write_file, write_summed
 from torchx_datapipes.io.formats import UnitReader
 from torchx_datapipes.io.fs import fs_and_path, join, read_bytes
+from torchx_datapipes.io.layout import ERRORS_DIR
 from torchx_datapipes.io.units import Unit
 from torchx_datapipes.io.writers import PartWriter, encode_checked, part_name
 from torchx_datapipes.runner.apply import Applier
 from torchx_datapipes.runner.badrecords import ErrorSink, OnError, RecordError
-from torchx_datapipes.runner.engine import Engine, RunConfig
+from torchx_datapipes.runner.context import PassContext
+from torchx_datapipes.runner.engine import RunConfig
 from torchx_datapipes.split import (
     ExactAssigner,
     Fractions,
@@ -73,22 +75,22 @@ class SplitOp:
                 "stratify": stratify}  # fmt: skip
 
     # -- passes ---------------------------------------------------------------------------
-    def run(self, engine: Engine) -> None:
+    def run(self, ctx: PassContext) -> None:
         if self.method == "exact" or self.stratify:  # counting pass first
-            engine.run_pass("count", self.count_unit)
-            engine.barrier()
-            self._build_assigner(engine)
-        engine.run_pass("main", self.split_unit)
+            ctx.run_pass("count", self.count_unit)
+            ctx.barrier()
+            self._build_assigner(ctx)
+        ctx.run_pass("main", self.split_unit)
 
-    def _build_assigner(self, engine: Engine) -> None:
-        metas = engine.load_metas("count")
+    def _build_assigner(self, ctx: PassContext) -> None:
+        metas = ctx.load_metas("count")
         if self.method == "exact":
             counts: list[Any] = [m["class_counts"] if self.stratify else m["count"] for m in metas]
             self.exact = ExactAssigner(counts, self.fractions, self.seed, stratified=bool(self.stratify))
             return
         # hash + stratify: rank 0 sorts every class's hashes once and ships the thresholds
         url = join(self.cfg.output, SIDE_DIR, "thresholds.json")
-        if engine.dist.rank == 0:
+        if ctx.rank == 0:
             per_class: dict[str, list[np.ndarray]] = {}
             for m in metas:
                 data = np.frombuffer(read_bytes(join(self.cfg.output, m["hashes"])), dtype=np.uint64)
@@ -99,7 +101,7 @@ class SplitOp:
             merged = {c: np.concatenate(parts) for c, parts in per_class.items()}
             assigner = StratifiedHashAssigner.from_hashes(merged, self.fractions)
             write_file(url, orjson.dumps(assigner.to_dict()))
-        engine.barrier()
+        ctx.barrier()
         self.strat_hash = StratifiedHashAssigner.from_dict(orjson.loads(read_bytes(url)))
 
     def count_unit(self, unit: Unit, reader: UnitReader, sink: ErrorSink) -> dict[str, Any]:
@@ -233,7 +235,7 @@ class SplitOp:
         raise RecordError(
             f"{reader.unit.path}, {where}: cannot split: {type(e).__name__}: {what}\n  fix: correct the"
             f" record or --key/--stratify, or rerun with --on_error skip to write such records to"
-            f" {join(self.cfg.output, '_errors')}/ and go on"
+            f" {join(self.cfg.output, ERRORS_DIR)}/ and go on"
         )
 
     def _assign(
@@ -272,7 +274,7 @@ class SplitOp:
                 w.write(b)
 
     # -- commit ---------------------------------------------------------------------------
-    def finalize(self, engine: Engine, metas: list[dict[str, Any]]) -> dict[str, Any]:
+    def finalize(self, ctx: PassContext, metas: list[dict[str, Any]]) -> dict[str, Any]:
         names = self.fractions.names
         splits = {s: sum(int(m["counts"][s]) for m in metas) for s in names}
         classes: dict[str, dict[str, int]] = {}

@@ -13,9 +13,11 @@ from torchx_datapipes.io import manifest as mf
 from torchx_datapipes.io.checksum import write_file, write_summed
 from torchx_datapipes.io.formats import UnitReader
 from torchx_datapipes.io.fs import join, read_bytes
+from torchx_datapipes.io.layout import unit_file
 from torchx_datapipes.io.units import Unit
 from torchx_datapipes.runner.apply import Applier
 from torchx_datapipes.runner.badrecords import ErrorSink
+from torchx_datapipes.runner.context import PassContext
 from torchx_datapipes.runner.engine import RunConfig
 from torchx_datapipes.stats import SCHEMA_VERSION, StatsConfig, StatsPartial, write_reports
 
@@ -40,11 +42,11 @@ class StatsOp:
     def options(self) -> Dict[str, Any]:
         return {"stats": self.config.to_dict(), "fn": self.fn is not None}
 
-    def run(self, engine: Any) -> None:
-        engine.run_pass("main", self.process)
+    def run(self, ctx: PassContext) -> None:
+        ctx.run_pass("main", self.process)
 
     def partial_url(self, unit: Unit) -> str:
-        return join(self.output, "_units", f"{unit.name}.stats")
+        return join(self.output, unit_file(unit.name, "stats"))
 
     def process(self, unit: Unit, reader: UnitReader, sink: ErrorSink) -> Dict[str, Any]:
         partial = StatsPartial(self.config)
@@ -60,19 +62,19 @@ class StatsOp:
                 sink.drain_parse_errors()
                 partial.update(recs)
             sink.drain_parse_errors()
-        written = write_summed(self.output, f"_units/{unit.name}.stats", partial.to_bytes())
+        written = write_summed(self.output, unit_file(unit.name, "stats"), partial.to_bytes())
         return {"records_out": partial.records, "filtered": filtered, "files": [written]}
 
-    def finalize(self, engine: Any, metas: List[Dict[str, Any]]) -> Dict[str, Any]:
+    def finalize(self, ctx: PassContext, metas: List[Dict[str, Any]]) -> Dict[str, Any]:
         merged = StatsPartial(self.config)
-        for unit in engine.units:  # unit order: the merge is deterministic for any -j
+        for unit in ctx.units:  # unit order: the merge is deterministic for any -j
             merged.merge(StatsPartial.from_bytes(read_bytes(self.partial_url(unit))))
         doc = merged.result()
         records_in = sum(m["records_in"] for m in metas)
         bad = sum(m["bad"] for m in metas)
-        inputs = [{"path": p, "size": s} for p, s in engine.inputs]
+        inputs = [{"path": p, "size": s} for p, s in ctx.inputs]
         # the manifest fields the other ops write (``_SUCCESS`` itself is written after this file)
-        base = mf.base_manifest(self.name, inputs, engine.options())
+        base = mf.base_manifest(self.name, inputs, ctx.options)
         manifest = {k: base[k] for k in ("manifest_version", "op", "created", "options", "versions")}
         doc.update(
             {
@@ -81,9 +83,9 @@ class StatsOp:
                 "bad_records": bad,
                 "filtered": sum(m["filtered"] for m in metas),
                 "inputs": inputs,
-                "world_size": engine.dist.world_size,
-                "artifact": {"url": engine.cfg.artifact, "sha256": engine.cfg.sha256},
-                "manifest": {**manifest, "num_workers": engine.cfg.num_workers},
+                "world_size": ctx.world_size,
+                "artifact": {"url": ctx.artifact, "sha256": ctx.sha256},
+                "manifest": {**manifest, "num_workers": ctx.num_workers},
             }
         )
         write_file(join(self.output, STATS_JSON), orjson.dumps(doc, option=orjson.OPT_INDENT_2))

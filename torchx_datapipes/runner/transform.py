@@ -9,6 +9,7 @@ from torchx_datapipes.io.units import Unit
 from torchx_datapipes.io.writers import PartWriter, encode_checked, part_name
 from torchx_datapipes.runner.apply import Applier
 from torchx_datapipes.runner.badrecords import ErrorSink
+from torchx_datapipes.runner.context import PassContext
 from torchx_datapipes.runner.memo import Memo, stats_delta, summarize
 
 
@@ -29,8 +30,8 @@ class TransformOp:
     def options(self) -> Dict[str, Any]:
         return {}
 
-    def run(self, engine: Any) -> None:
-        engine.run_pass("main", self.process)
+    def run(self, ctx: PassContext) -> None:
+        ctx.run_pass("main", self.process)
 
     def process(self, unit: Unit, reader: UnitReader, sink: ErrorSink) -> Dict[str, Any]:
         rel = part_name(unit.index, self.output_format)
@@ -56,7 +57,7 @@ class TransformOp:
             meta["cache"] = stats_delta(before, self.memo.stats())
         return meta
 
-    def finalize(self, engine: Any, metas: List[Dict[str, Any]]) -> Dict[str, Any]:
+    def finalize(self, ctx: PassContext, metas: List[Dict[str, Any]]) -> Dict[str, Any]:
         return {
             "records_out": sum(m["records_out"] for m in metas),
             "filtered": sum(m["filtered"] for m in metas),

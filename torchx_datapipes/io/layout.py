@@ -1,0 +1,44 @@
+"""The output layout's reserved names, owned here and nowhere else.
+
+An output directory holds the committed parts (``part-NNNNN.<ext>``, under ``<split>/`` for
+split), per-unit commit records and side files (``_units/``), bad records (``_errors/``), the
+output lease (``_LEASE``, renamed ``_LEASE.stale-<token>`` when taken over), temporary files of
+atomic writes (``.tmp-<uuid>-<name>``, renamed into place or removed), and last the manifest
+``_SUCCESS``. Anything starting with ``_`` or ``.`` is bookkeeping, never data.
+"""
+
+import os
+import uuid
+
+SUCCESS = "_SUCCESS"
+UNITS_DIR = "_units"
+ERRORS_DIR = "_errors"
+LEASE = "_LEASE"
+STALE_LEASE_PREFIX = f"{LEASE}.stale-"
+PART_PREFIX = "part-"
+TMP_PREFIX = ".tmp-"
+
+
+def part_file(index: int, ext: str) -> str:
+    """``part-00007.jsonl``: the name of unit ``index``'s part."""
+    return f"{PART_PREFIX}{index:05d}.{ext}"
+
+
+def unit_file(unit_name: str, suffix: str = "json") -> str:
+    """``_units/00007.json`` (the commit record) or ``_units/00007.stats`` (a side file), relative."""
+    return f"{UNITS_DIR}/{unit_name}.{suffix}"
+
+
+def error_part(unit_name: str) -> str:
+    """``_errors/part-00007.jsonl``: a unit's bad records, relative to the output."""
+    return f"{ERRORS_DIR}/{PART_PREFIX}{unit_name}.jsonl"
+
+
+def tmp_beside(path: str) -> str:
+    """A unique temporary name in ``path``'s directory, renamed onto ``path`` when complete."""
+    return f"{os.path.dirname(path)}/{TMP_PREFIX}{uuid.uuid4().hex}-{os.path.basename(path)}"
+
+
+def is_bookkeeping(name: str) -> bool:
+    """A path component the layout reserves (``_SUCCESS``, ``_units``, ``.tmp-...``): never input data."""
+    return name.startswith(("_", "."))
