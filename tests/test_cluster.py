@@ -44,7 +44,7 @@ def runner() -> Iterator[Runner]:
 
 
 @pytest.fixture
-def no_aws(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+def no_aws(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[None]:
     """No AWS credentials anywhere (and no metadata-server lookups), as on a fresh laptop."""
     for name in list(os.environ):
         if name.startswith("AWS_"):
@@ -52,6 +52,14 @@ def no_aws(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "no-credentials"))
     monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "no-config"))
     monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    import s3fs
+
+    # fsspec caches filesystem instances by their options, not the environment: an S3FileSystem made
+    # by an earlier test (credentials and endpoint of the moto server) would otherwise be reused here,
+    # and ours, without credentials, by the next test.
+    s3fs.S3FileSystem.clear_instance_cache()
+    yield
+    s3fs.S3FileSystem.clear_instance_cache()
 
 
 def _cmd(app: Any) -> str:
