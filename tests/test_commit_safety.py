@@ -408,3 +408,21 @@ def test_a_live_lease_is_refused_on_the_client_before_launch(tmp_path: Path) -> 
     write_lease(tmp_path / "out", "dead-job", 2**22 + 12345, age_s=1.0)
     app = components.transform(fn="os.path:basename", backend="module", **args)
     assert app.roles[0].entrypoint
+
+
+def test_a_lease_whose_rank0_is_a_zombie_is_dead(tmp_path: Path) -> None:
+    """A killed rank 0 whose agent died too stays a zombie until reaped: its lease is a dead job's."""
+    import subprocess
+
+    from torchx_datapipes.io.lease import refuse_if_held
+
+    child = subprocess.Popen(["true"])
+    deadline = time.monotonic() + 10
+    while Path(f"/proc/{child.pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z":
+        assert time.monotonic() < deadline, "the child never exited"
+        time.sleep(0.01)
+    try:
+        write_lease(tmp_path / "out", "zombie-job", child.pid, age_s=1.0)
+        refuse_if_held(str(tmp_path / "out"))  # no LeaseHeldError: the holder has exited
+    finally:
+        child.wait()

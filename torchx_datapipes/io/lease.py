@@ -221,10 +221,17 @@ def _dead(h: Holder) -> Optional[str]:
 
 
 def _alive(pid: int) -> bool:
+    """Whether ``pid`` runs on this host; a zombie (exited, not yet reaped: its parent, the torchrun
+    agent, may have been killed too) is dead."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:
         return True
-    return True
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            state = fh.read().rsplit(b")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return True  # no /proc: trust kill(0)
+    return state not in (b"Z", b"X")
