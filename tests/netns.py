@@ -89,6 +89,7 @@ class Agent:
     argv: List[str]
     log: Path
     env: Dict[str, str] = field(default_factory=dict)
+    cwd: Optional[Path] = None
     proc: Optional["subprocess.Popen[bytes]"] = None
 
     def start(self) -> "Agent":
@@ -96,7 +97,7 @@ class Agent:
         with open(self.log, "wb") as fh:
             self.proc = subprocess.Popen(
                 self.argv, stdout=fh, stderr=subprocess.STDOUT, env={**os.environ, **self.env},
-                start_new_session=True,
+                cwd=self.cwd, start_new_session=True,
             )  # fmt: skip
         return self
 
