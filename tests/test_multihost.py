@@ -103,7 +103,13 @@ def _run_two_hosts(
         assert "group_world_size=2" in a.output() and "master_addr=h" in a.output(), a.output()
 
 
-def test_two_hosts_shared_directory_kill_a_rank(net: HostNet, agents: List[Agent], tmp_path: Path) -> None:
+@pytest.mark.parametrize("worker_store", ["per_round", "agent_shared"])
+def test_two_hosts_shared_directory_kill_a_rank(
+    net: HostNet, agents: List[Agent], tmp_path: Path, worker_store: str
+) -> None:
+    """``agent_shared``: torch's default store, kept across rounds, where the two agents' restart
+    counts differ after the kill (1 and 0): the round handshake must still give one key space."""
+    env = {"TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "0"} if worker_store == "agent_shared" else {}
     shared = tmp_path / "shared"
     (shared / "data").mkdir(parents=True)
     (shared / "slow_fn.py").write_text(SLOW)
@@ -115,7 +121,7 @@ def test_two_hosts_shared_directory_kill_a_rank(net: HostNet, agents: List[Agent
 
     _run_two_hosts(
         net, agents, tmp_path, f"{shared / 'slow_fn.py'}:slow", str(shared / "data/*.jsonl"), str(out),
-        str(shared / "store"), {}, committed, victim_host=1,
+        str(shared / "store"), env, committed, victim_host=1,
     )  # fmt: skip
     got = [orjson.loads(ln) for p in sorted(out.glob("part-*.jsonl")) for ln in p.read_bytes().splitlines()]
     assert len(got) == len(recs) and canon(got) == canon(recs)
