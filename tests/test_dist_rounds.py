@@ -1,14 +1,30 @@
 """``runner.dist.agree_round``: the ranks of a rendezvous round agree on a key space no earlier round
 used, on a real TCPStore, even when an earlier round left keys behind or lost a rank early."""
 
+import os
+import signal
+import socket
 import threading
-from typing import Any, Dict, List
+import time
+from pathlib import Path
+from typing import Any, Dict, Iterator, List
 
+import orjson
 import pytest
 import torch.distributed as dist
+from tdp_testutil import make_dataset, run_op
 
 from torchx_datapipes.errors import DatapipesError
 from torchx_datapipes.runner.dist import Dist, agree_round
+
+
+@pytest.fixture(autouse=True)
+def keep_signals() -> Iterator[None]:
+    """A run under a (fake) torchrun ignores SIGTERM/SIGINT after its commit: give pytest them back."""
+    saved = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT)}
+    yield
+    for s, h in saved.items():
+        signal.signal(s, h)
 
 
 def _store(port: int = 0, master: bool = False) -> Any:
@@ -70,8 +86,6 @@ def test_first_round_is_false_after_a_restart_or_a_new_round() -> None:
 @pytest.mark.parametrize("agent_store", ["True", "False"])
 def test_init_under_torchrun_in_both_store_modes(monkeypatch: pytest.MonkeyPatch, agent_store: str) -> None:
     """World of one under torchrun: with the agent's store it connects, else rank 0 hosts one."""
-    import socket
-
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
@@ -83,3 +97,31 @@ def test_init_under_torchrun_in_both_store_modes(monkeypatch: pytest.MonkeyPatch
     d = Dist()
     d.init(timeout_s=5)
     assert d.round == 1 and d.store is None and not d.initialized
+
+
+@pytest.mark.parametrize("later_round", [False, True])
+def test_overwrite_clears_only_in_the_first_round(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str], later_round: bool
+) -> None:
+    """A membership change keeps ``TORCHELASTIC_RESTART_COUNT`` at 0: rank 0 of the new round finds
+    the lease its job left behind (SIGTERM does not release it) and must resume, not clear."""
+    make_dataset(tmp_path / "d", [10, 10, 10])
+    out = tmp_path / "out"
+    run_op("transform", str(tmp_path / "d/*.jsonl"), out, "--unit_mb", "0.001", fn=_identity)
+    (out / "_SUCCESS").unlink()  # committed units, no manifest: a job stopped mid-run
+    (out / "_LEASE").unlink(missing_ok=True)
+    monkeypatch.setenv("TORCHELASTIC_RUN_ID", "app-elastic")
+    if later_round:
+        body = {"job_id": "app-elastic", "host": socket.gethostname(), "pid": os.getpid(), "token": "t0",
+                "heartbeat": time.time()}  # fmt: skip
+        (out / "_LEASE").write_bytes(orjson.dumps(body))
+    capfd.readouterr()
+    m = run_op("transform", str(tmp_path / "d/*.jsonl"), out, "--unit_mb", "0.001", "--overwrite", "True",
+               fn=_identity)  # fmt: skip
+    err = capfd.readouterr().err
+    assert m["records_out"] == 30
+    assert ("resumed: skipped" in err) == later_round, err
+
+
+def _identity(r: Any) -> Any:
+    return r
