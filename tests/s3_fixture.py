@@ -17,6 +17,7 @@ and at the end, and ``storage_options`` can be passed explicitly instead of the 
 If the server cannot start, the fixture FAILS (it never skips): a missing S3 test is a bug.
 """
 
+import contextlib
 import socket
 import subprocess
 import sys
@@ -50,9 +51,9 @@ class S3Server:
         return "/".join([f"s3://{self.bucket}", *(p.strip("/") for p in parts)])
 
 
-def _free_port() -> int:
+def _free_port(host: str = "127.0.0.1") -> int:
     with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
+        s.bind((host, 0))
         return int(s.getsockname()[1])
 
 
@@ -78,19 +79,23 @@ def _clear_s3_instances() -> None:
     s3fs.S3FileSystem.clear_instance_cache()
 
 
-@pytest.fixture(scope="session")
-def s3_server() -> Iterator[S3Server]:
-    """A moto S3 server with an empty bucket; env set so plain ``s3://`` URLs reach it."""
-    port = _free_port()
-    endpoint = f"http://127.0.0.1:{port}"
-    cmd = [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)]
+@contextlib.contextmanager
+def serve_s3(host: str = "127.0.0.1", bucket: str = "txdp-test") -> Iterator[S3Server]:
+    """A moto S3 server bound to ``host`` with an empty bucket; env set so plain ``s3://`` URLs reach it.
+
+    ``host`` is the bind address: 127.0.0.1 for the session fixture, a bridge address for test hosts
+    in network namespaces (tests/netns.py). The env is restored on exit.
+    """
+    port = _free_port(host)
+    endpoint = f"http://{host}:{port}"
+    cmd = [sys.executable, "-m", "moto.server", "-H", host, "-p", str(port)]
     # A file, not a pipe: moto logs every request, and a full pipe would block the server.
     log = tempfile.TemporaryFile()
     proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
     mp = pytest.MonkeyPatch()
     try:
         _wait_until_up(proc, endpoint, log)
-        server = S3Server(endpoint_url=endpoint, bucket="txdp-test")
+        server = S3Server(endpoint_url=endpoint, bucket=bucket)
         env = {
             "AWS_ENDPOINT_URL_S3": endpoint,
             "AWS_ACCESS_KEY_ID": server.key,
@@ -115,3 +120,10 @@ def s3_server() -> Iterator[S3Server]:
             proc.kill()
             proc.wait()
         log.close()
+
+
+@pytest.fixture(scope="session")
+def s3_server() -> Iterator[S3Server]:
+    """A moto S3 server on 127.0.0.1 with an empty bucket; env set so plain ``s3://`` URLs reach it."""
+    with serve_s3() as server:
+        yield server

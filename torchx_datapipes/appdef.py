@@ -185,6 +185,9 @@ def runner_app(
 ) -> specs.AppDef:
     env = dict(env or {})
     env.setdefault("PYTHONUNBUFFERED", "1")
+    # Per-round worker stores: with torch's shared agent store an agent joining an elastic job in a
+    # later round hangs on MASTER_ADDR (see runner/dist.py).
+    env.setdefault("TORCH_DISABLE_SHARE_RDZV_TCP_STORE", "1")
     app = ddp(
         op,
         *runner_args,

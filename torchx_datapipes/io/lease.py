@@ -84,6 +84,7 @@ class Lease:
         self.busy = threading.Lock()  # held by each heartbeat; hold it to fork without a beat in flight
         self._thread: Optional[threading.Thread] = None
         self.lost: Optional[str] = None
+        self.retaken = False  # True when this job already held the lease (a restart or a new round)
 
     # -- taking ---------------------------------------------------------------------------
     @classmethod
@@ -98,6 +99,7 @@ class Lease:
                 continue  # released in between, or being written: try again
             if current.job_id == me.job_id:  # a restart of the same job takes its own lease back
                 lease._write()
+                lease.retaken = True
                 return lease
             why = _dead(current)
             if why is None:

@@ -1,8 +1,47 @@
-"""Process-group set-up that survives torchrun restarts, with a timeout on every collective.
+"""Process-group set-up that survives torchrun restarts and membership changes, with a timeout on
+every collective.
 
-With gloo on torch 2.13 a worker that dies after ``init_process_group`` leaves a stale
-store behind and the restarted group fails in ``connectFullMesh``. Prefixing the store
-with the restart attempt gives every attempt a clean key space.
+**Which store the workers get.** Workers reach a TCPStore at ``MASTER_ADDR:MASTER_PORT``. By
+default (torch 2.13) that is one the agents share: created once by the first round's rank-0 agent
+and handed, unchanged, to the workers of every later round (``DynamicRendezvousHandler
+.next_rendezvous`` keeps ``_bootstrap_store_info``). That default breaks elastic jobs: an agent that
+joins in a later round as a non-zero node waits forever (60 s, then fails) for ``MASTER_ADDR`` under
+the new round's rendezvous prefix, because the old rank 0 never publishes it again. The component
+therefore sets ``TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1``: each round's rank-0 agent publishes a fresh
+port, the workers see ``TORCHELASTIC_USE_AGENT_STORE=False`` and our rank 0 hosts the store (as
+``env://`` does). Both modes are supported here.
+
+**Why every rendezvous round needs its own key space.** With the shared store, keys written by one
+round (our plan, gloo's rank addresses, the unit-claim counters) are still there when the next round
+starts; with gloo a stale key space gives ``Gloo connectFullMesh failed`` or a hang, and for the
+plan or a claim counter it is silently wrong.
+
+**Why ``TORCHELASTIC_RESTART_COUNT`` cannot name the round.** The agent sets it to
+``max_restarts - remaining_restarts`` (``torch/distributed/elastic/agent/server/api.py``): it is
+per agent, it does not change on a membership change ("membership changes do not count as
+retries"), and an agent that joins later starts at 0 while the others may be at 1. Two rounds can
+then share a prefix, and ranks of one round can disagree on it. The agent exposes no round number to
+its workers (``TORCHELASTIC_RUN_ID`` is per job, not per round).
+
+**How the ranks of a round agree on a fresh one** (:func:`agree_round`, before gloo is set up):
+
+1. every worker process draws a nonce (uuid4) no other process ever had;
+2. rank 0 takes the round number ``n = store.add("/tdp/rounds", 1)`` (only one rank 0 is alive per
+   round, and the workers of a round start only after every agent stopped the previous round's, so
+   ``n`` is new);
+3. each other rank ``r`` writes its nonce to ``/tdp/hello/{r}`` and waits for ``/tdp/ack/{nonce}``;
+4. rank 0 keeps reading every ``/tdp/hello/{r}`` and answering ``/tdp/ack/{that nonce} = n`` until
+   each rank ``r`` has confirmed with ``/tdp/round_{n}/joined/{r}``. A ``hello`` left by a process
+   of an earlier round only earns an ack nobody waits for; the confirmation key contains ``n``, so
+   it cannot be stale either.
+
+A counter every rank bumps once (``(value - 1) // world_size``) would be simpler but wrong: a rank
+killed before its ``add`` shifts every later round by one. The round then uses
+``PrefixStore("/tdp/round_{n}")`` for gloo, :meth:`Dist.share` and the claim counters. Under
+torchrun with one rank, rank 0 still takes ``n``. :attr:`Dist.first_round` is false after a restart
+or, with the shared store, after a membership change; with per-round stores ``n`` restarts at 1, so
+the engine also treats a lease this job already held as "not the first round" before it lets
+``--overwrite`` clear the output.
 """
 
 import ctypes
@@ -10,6 +49,8 @@ import datetime
 import os
 import signal
 import sys
+import time
+import uuid
 from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
@@ -25,7 +66,8 @@ class Dist:
     local_rank: int = 0
     restart: int = 0
     initialized: bool = False
-    store: Optional[Any] = None  # the attempt's PrefixStore once initialized (world_size > 1)
+    store: Optional[Any] = None  # the round's PrefixStore once initialized (world_size > 1)
+    round: int = 0  # this rendezvous round's number (1, 2, ...) once agreed; 0 outside torchrun
 
     @classmethod
     def from_env(cls) -> "Dist":
@@ -37,20 +79,30 @@ class Dist:
             restart=int(env.get("TORCHELASTIC_RESTART_COUNT", "0")),
         )
 
+    @property
+    def first_round(self) -> bool:
+        """True in the job's first rendezvous round (no restart, no membership change yet)."""
+        return self.restart == 0 and self.round <= 1
+
     def init(self, timeout_s: float = INIT_TIMEOUT_S) -> None:
-        if self.world_size <= 1 or self.initialized:
+        if self.initialized:
+            return
+        env = os.environ
+        if self.world_size <= 1 and not ("MASTER_ADDR" in env and "TORCHELASTIC_RUN_ID" in env):
             return
         import torch.distributed as dist
 
         timeout = datetime.timedelta(seconds=timeout_s)
+        # The agent hosts the store (torch's default) unless TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1,
+        # which the component sets: then rank 0 of each round hosts a new one, as with env://.
+        host = self.rank == 0 and env.get("TORCHELASTIC_USE_AGENT_STORE", "True") != "True"
         base = dist.TCPStore(
-            os.environ["MASTER_ADDR"],
-            int(os.environ["MASTER_PORT"]),
-            self.world_size,
-            is_master=False,
-            timeout=timeout,
+            env["MASTER_ADDR"], int(env["MASTER_PORT"]), self.world_size, is_master=host, timeout=timeout
         )
-        store = dist.PrefixStore(f"/tdp/attempt_{self.restart}", base)
+        self.round = agree_round(base, self.rank, self.world_size, timeout_s)
+        if self.world_size <= 1:
+            return  # alone in this round: no process group, no shared store needed
+        store = dist.PrefixStore(f"/tdp/round_{self.round}", base)
         dist.init_process_group(
             "gloo", store=store, rank=self.rank, world_size=self.world_size, timeout=timeout
         )
@@ -99,6 +151,51 @@ class Dist:
 
             dist.destroy_process_group()
             self.initialized = False
+
+
+POLL_S = 0.02
+
+
+def agree_round(store: Any, rank: int, world_size: int, timeout_s: float) -> int:
+    """The ranks of one rendezvous round agree on a round number no earlier round used (see above)."""
+    deadline = time.monotonic() + timeout_s
+    if rank != 0:
+        nonce = f"{uuid.uuid4().hex}-{os.getpid()}"
+        store.set(f"/tdp/hello/{rank}", nonce)
+        ack = f"/tdp/ack/{nonce}"
+        try:
+            store.wait([ack], datetime.timedelta(seconds=timeout_s))
+        except RuntimeError as e:  # torch's DistStoreError is a RuntimeError
+            raise DatapipesError(
+                f"rank {rank}: rank 0 of this rendezvous round did not answer within {timeout_s:g}s"
+                f" (store {os.environ.get('MASTER_ADDR')}:{os.environ.get('MASTER_PORT')}); see rank 0's"
+                " log, or raise --timeout_s"
+            ) from e
+        n = int(bytes(store.get(ack)))
+        store.set(f"/tdp/round_{n}/joined/{rank}", b"1")
+        return n
+    n = int(store.add("/tdp/rounds", 1))
+    acked: dict[int, bytes] = {}
+    pending = set(range(1, world_size))
+    while pending:
+        for r in sorted(pending):
+            if store.check([f"/tdp/round_{n}/joined/{r}"]):
+                pending.discard(r)
+                continue
+            if store.check([f"/tdp/hello/{r}"]):
+                theirs = bytes(store.get(f"/tdp/hello/{r}"))
+                if acked.get(r) != theirs:
+                    store.set(f"/tdp/ack/{theirs.decode()}", str(n))
+                    acked[r] = theirs
+        if not pending:
+            break
+        if time.monotonic() > deadline:
+            raise DatapipesError(
+                f"rank 0: ranks {sorted(pending)} of a world of {world_size} did not join rendezvous"
+                f" round {n} within {timeout_s:g}s; see their logs, or raise --timeout_s"
+            )
+        time.sleep(POLL_S)
+    return n
 
 
 _AGENTS = ("torchrun", "torch.distributed.run", "torch.distributed.launch")

@@ -180,7 +180,7 @@ class Engine:
         inputs = [(f.url, f.size) for f in files]
         check_disjoint(inputs, c.output, c.inputs)
         self.lease = Lease.acquire(c.output)
-        if c.overwrite and self.dist.restart == 0:
+        if c.overwrite and self.dist.first_round and not self.lease.retaken:  # not after a restart/new round
             mf.clear_output(c.output)
         self.lease.start_heartbeat()
         units = plan_units([(f.url, f.size, f.mtime) for f in files], c.format, c.unit_mb)
