@@ -13,6 +13,7 @@ from torchx_datapipes.io.units import Unit
 from torchx_datapipes.options import OptionError
 from torchx_datapipes.runner.badrecords import RecordError
 from torchx_datapipes.runner.claim import Claimer, LocalCounters, StoreCounters, claim_order, counter_names
+from torchx_datapipes.runner.dist import Dist
 from torchx_datapipes.runner.main import summary
 from torchx_datapipes.runner.progress import JobProgress, Progress
 
@@ -139,7 +140,7 @@ PARENT_STORE: List[Any] = [None]
 
 
 def test_store_claimer_reconnects_after_fork(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The store backend as under torchrun: forked slots open their own client with the attempt's prefix."""
+    """The store backend as under torchrun: forked slots open their own client with the round's prefix."""
     import multiprocessing as mp
     import socket
     from datetime import timedelta
@@ -152,9 +153,9 @@ def test_store_claimer_reconnects_after_fork(monkeypatch: pytest.MonkeyPatch) ->
     master = dist.TCPStore("127.0.0.1", port, None, is_master=True, timeout=timedelta(seconds=30))
     monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
     monkeypatch.setenv("MASTER_PORT", str(port))
-    parent = dist.PrefixStore("/tdp/attempt_3", dist.TCPStore("127.0.0.1", port, None, is_master=False))
+    parent = dist.PrefixStore("/tdp/round_3", dist.TCPStore("127.0.0.1", port, None, is_master=False))
     PARENT_STORE[0] = parent
-    counters = StoreCounters.for_attempt(parent, 3, 30.0)
+    counters = StoreCounters(parent, Dist(round=3).prefix, 30.0)
     units = [Unit(i, f"f{i}", 100 - i) for i in range(9)]
     ctx = mp.get_context("fork")
     q = ctx.Queue()
@@ -167,7 +168,7 @@ def test_store_claimer_reconnects_after_fork(monkeypatch: pytest.MonkeyPatch) ->
     claimed = sorted(i for _, _, got, _ in results for i in got)
     assert claimed == list(range(9))  # every unit once, over both slots
     assert all(own for *_, own in results)  # each child used a client of its own
-    assert master.add("/tdp/attempt_3/claim/main/next", 0) == 9 + 2  # 9 claims, one past the end per slot
+    assert master.add("/tdp/round_3/claim/main/next", 0) == 9 + 2  # 9 claims, one past the end per slot
     jp = JobProgress("main job", "main", counters.fresh(), 9, sum(u.nbytes for u in units), 1.0)
     units_done, records, nbytes = jp.read()
     assert (units_done, records, nbytes) == (9, 90, sum(u.nbytes for u in units))

@@ -6,14 +6,14 @@ ones fewer. The order is the plan sorted largest first (longest-processing-time 
 ``Unit.nbytes``, ties by index), the same on every rank. Two counter backends share one
 interface:
 
-- ``StoreCounters``: the job's own rendezvous store (torchrun's TCPStore, under the attempt's
-  prefix from ``runner/dist.py``). A forked worker never uses its parent's socket: the first
-  call in a new process opens a fresh ``TCPStore`` client with the same prefix.
+- ``StoreCounters``: the job's own rendezvous store (torchrun's TCPStore, under the rendezvous
+  round's prefix, ``Dist.prefix`` in ``runner/dist.py``). A forked worker never uses its parent's
+  socket: the first call in a new process opens a fresh ``TCPStore`` client with the same prefix.
 - ``LocalCounters``: ``multiprocessing.Value`` counters created before the workers fork (one
   rank, no store).
 
-A new torchrun attempt has a fresh prefix, so its counters start at 0; units committed by an
-earlier attempt are skipped by the engine, and a unit claimed by a rank that died is claimed
+A new torchrun attempt or rendezvous round has a fresh prefix, so its counters start at 0; units
+committed by an earlier attempt are skipped by the engine, and a unit claimed by a rank that died is claimed
 again. ``--assign static`` keeps ``units[slot::slots]`` exactly. The assignment never changes
 the output (parts are per unit), so it is not part of the job fingerprint: a static run can be
 resumed dynamically and the other way round.
@@ -47,11 +47,6 @@ class StoreCounters:
     def __init__(self, store: Any, prefix: str, timeout_s: float, namespace: str = "claim") -> None:
         self.prefix, self.timeout_s, self.namespace = prefix, timeout_s, namespace
         self._store, self._pid = store, os.getpid()
-
-    @classmethod
-    def for_attempt(cls, store: Any, restart: int, timeout_s: float) -> "StoreCounters":
-        """The counters of this attempt; ``prefix`` mirrors the one ``Dist.init`` puts on ``store``."""
-        return cls(store, f"/tdp/attempt_{restart}", timeout_s)
 
     def store(self) -> Any:
         if self._pid != os.getpid():  # a forked worker: open its own client

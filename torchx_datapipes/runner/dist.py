@@ -80,6 +80,11 @@ class Dist:
         )
 
     @property
+    def prefix(self) -> str:
+        """The key prefix of this round's store (what :attr:`store` is under): one key space per round."""
+        return round_prefix(self.round)
+
+    @property
     def first_round(self) -> bool:
         """True in the job's first rendezvous round (no restart, no membership change yet)."""
         return self.restart == 0 and self.round <= 1
@@ -102,7 +107,7 @@ class Dist:
         self.round = agree_round(base, self.rank, self.world_size, timeout_s)
         if self.world_size <= 1:
             return  # alone in this round: no process group, no shared store needed
-        store = dist.PrefixStore(f"/tdp/round_{self.round}", base)
+        store = dist.PrefixStore(self.prefix, base)
         dist.init_process_group(
             "gloo", store=store, rank=self.rank, world_size=self.world_size, timeout=timeout
         )
@@ -154,6 +159,10 @@ class Dist:
 
 
 POLL_S = 0.02
+
+
+def round_prefix(n: int) -> str:
+    return f"/tdp/round_{n}"
 
 
 def agree_round(store: Any, rank: int, world_size: int, timeout_s: float) -> int:

@@ -206,7 +206,7 @@ class Engine:
     def counters(self, pass_name: str) -> Counters:
         """The pass's shared counters: the job's store under torchrun, else local ones (before any fork)."""
         if self.dist.store is not None:
-            return StoreCounters.for_attempt(self.dist.store, self.dist.restart, self.cfg.timeout_s)
+            return StoreCounters(self.dist.store, self.dist.prefix, self.cfg.timeout_s)
         return LocalCounters(counter_names(pass_name))
 
     def run_pass(self, pass_name: str, fn: UnitFn) -> None:
