@@ -17,6 +17,7 @@ from torchx.specs.finder import ComponentValidationException
 from torchx_datapipes import artifact
 from torchx_datapipes.errors import DatapipesError
 from torchx_datapipes.io.fs import check_io_disjoint, split_patterns
+from torchx_datapipes.io.inputs.planning import check_input_formats
 from torchx_datapipes.io.lease import refuse_if_held
 from torchx_datapipes.io.manifest import has_success, success_url
 from torchx_datapipes.options import SPECS, OptionError
@@ -49,6 +50,7 @@ def build_app(op: str, arguments: Mapping[str, Any]) -> specs.AppDef:
     with client_checks():
         values = spec.check(arguments)
         validate_io(values["input"], values["output"], values["overwrite"])
+        check_input_formats(values["input"], values["format"])
         validate_cache(values.get("cache"))
         if values.get("cache"):  # the secret goes to a 0600 file (or stays in the job's env), never on argv
             values["cache"] = public_url(values["cache"], values["artifact_store"] or default_store())
