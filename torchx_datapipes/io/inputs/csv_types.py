@@ -39,6 +39,8 @@ def join(a: str, b: str) -> str:
 
 
 def _fits(values: pa.Array, kind: str) -> bool:
+    if len(values) > 4096 and not _fits(values.slice(0, 1024), kind):
+        return False  # a cheap refusal first: a failing cast of a long column costs as much as a good one
     if kind == "bool":
         return bool(pc.all(pc.is_in(pc.utf8_lower(values), pa.array(["true", "false"]))).as_py())
     try:
