@@ -127,3 +127,16 @@ def test_cli_options_reach_the_runner(tmp_path: Path) -> None:
     f.write_text("a|b\n1|2\n")
     run_op("transform", str(f), tmp_path / "o", "--delimiter", "pipe", "--schema", "b:str", fn=type_names)
     assert read_output(tmp_path / "o") == [{"a": ["int", 1], "b": ["str", "2"]}]
+
+
+def test_types_do_not_depend_on_workers(tmp_path: Path) -> None:
+    d = tmp_path / "d"
+    d.mkdir()
+    for k in range(3):  # the float is in the last file only: every unit still reads v as float
+        (d / f"p{k}.csv").write_text(
+            "v,s\n" + "".join(f"{k * 10 + i},{i}\n" for i in range(5)) + ("0.5,x\n" if k == 2 else "")
+        )
+    for w in ("1", "2"):
+        run_op("transform", str(d), tmp_path / f"o{w}", "--num_workers", w, fn=type_names)
+    one, two = read_output(tmp_path / "o1"), read_output(tmp_path / "o2")
+    assert one == two and {r["v"][0] for r in one} == {"float"} and {r["s"][0] for r in one} == {"str"}
