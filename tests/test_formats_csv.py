@@ -140,3 +140,21 @@ def test_types_do_not_depend_on_workers(tmp_path: Path) -> None:
         run_op("transform", str(d), tmp_path / f"o{w}", "--num_workers", w, fn=type_names)
     one, two = read_output(tmp_path / "o1"), read_output(tmp_path / "o2")
     assert one == two and {r["v"][0] for r in one} == {"float"} and {r["s"][0] for r in one} == {"str"}
+
+
+def test_integers_beyond_int64_keep_their_digits(tmp_path: Path) -> None:
+    f = tmp_path / "a.csv"
+    f.write_text("a,b\n1,12345678901234567890123\n2,5\n")
+    assert [r for _, r in read_all(f)] == [{"a": 1, "b": "12345678901234567890123"}, {"a": 2, "b": "5"}]
+
+
+def test_truncated_compressed_csv_is_refused_when_planning_naming_the_file(tmp_path: Path) -> None:
+    import gzip
+
+    from torchx_datapipes.errors import InputError
+
+    f = tmp_path / "a.csv.gz"
+    data = gzip.compress(("a,b\n" + "".join(f"{i},x{i}\n" for i in range(5000))).encode())
+    f.write_bytes(data[: len(data) // 2])
+    with pytest.raises(InputError, match=rf"{f}: gzip stream ends before its end-of-stream marker"):
+        plan_units([(str(f), f.stat().st_size)])

@@ -129,6 +129,11 @@ class CsvFormat(InputFormat):
                 raise InputError(
                     f"{f[0]}: cannot parse as CSV ({e}); check --delimiter, or pass --format"
                 ) from e
+            except (TruncatedError, CorruptError) as e:
+                raise InputError(
+                    f"{f[0]}: {e} (column types are inferred over the whole file when planning); re-fetch"
+                    " or recompress the file (check it with gzip -t / zstd -t / xz -t / bzip2 -t)"
+                ) from e
             found.append((f, delim, cols, kinds))
         unified = ct.unify(k for *_, k in found)
         known = set(unified)

@@ -58,9 +58,15 @@ def batch_kind(col: pa.Array, current: str) -> str:
     if len(values) == 0:
         return current
     for kind in KINDS:
+        if kind == "float" and _has_big_int(values):
+            return "string"  # an integer beyond int64 would lose digits as a float: keep the text exact
         if join(current, kind) != "string" and _fits(values, kind):
             return join(current, kind)
     return "string"
+
+
+def _has_big_int(values: pa.Array) -> bool:
+    return bool(pc.any(pc.match_substring_regex(values, r"^\s*[+-]?\d{19,}\s*$")).as_py())
 
 
 class Inference:
