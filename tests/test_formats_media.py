@@ -63,7 +63,9 @@ def test_files_are_grouped_into_units_by_size_from_the_input_alone(tmp_path: Pat
     small = plan_units(files, "files", unit_mb=(files[0][1] + files[1][1]) / 2**20)
     assert [len(u.read["files"]) for u in small][0] == 2 and sum(len(u.read["files"]) for u in small) == 5
     assert small == plan_units(files, "files", unit_mb=(files[0][1] + files[1][1]) / 2**20)  # deterministic
-    recs = [r for u in small for b, _ in UnitReader(u).batches() for r in b]
+    readers = [UnitReader(u) for u in small]
+    assert readers[0].location(2) == (files[1][0], 1)  # a group's location names the file itself
+    recs = [r for rd in readers for b, _ in rd.batches() for r in b]
     assert [r["path"] for r in recs] == [f[0] for f in files]
     assert recs[0]["bytes"] == Path(files[0][0]).read_bytes()
 

@@ -100,3 +100,18 @@ def test_json_file_that_is_json_lines_stays_json_lines(tmp_path: Path) -> None:
     units = plan_units([(str(f), f.stat().st_size)], unit_mb=20 / 2**20)
     assert {u.format for u in units} == {"jsonl"} and len(units) > 1  # split into byte ranges
     assert [r["i"] for u in units for b, _ in UnitReader(u).batches() for r in b] == list(range(5))
+
+
+def test_the_runner_refuses_an_unknown_extension_too(tmp_path: Path) -> None:
+    from tdp_testutil import run_op
+
+    d = tmp_path / "d"
+    make_dataset(d, [2])
+    (d / "x.xml").write_text("<a/>")
+    with pytest.raises(ValueError, match=r"x\.xml: unknown input extension"):
+        run_op("transform", str(d), tmp_path / "o", fn=_identity)
+    run_op("transform", str(d / "part-0.jsonl"), tmp_path / "o2", "--format", "jsonl", fn=_identity)
+
+
+def _identity(r: Any) -> Any:
+    return r

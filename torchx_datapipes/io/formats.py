@@ -70,6 +70,10 @@ class UnitReader:
         """The file's line number for a unit-local one (counts the prefix lazily, on error only)."""
         return self.format.absolute(self, line)
 
+    def location(self, line: int) -> Tuple[str, int]:
+        """``(file, line in that file)`` of a unit-local location (a group of files: the file itself)."""
+        return self.format.location(self, line)
+
     def batches(self) -> Iterator[Tuple[List[Any], Sequence[int]]]:
         """Batches of parsed records; ``self.records`` counts them as they go."""
         self.format.check_unchanged(self.unit)

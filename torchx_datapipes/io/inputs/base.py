@@ -128,3 +128,7 @@ class InputFormat:
     def absolute(self, reader: "UnitReader", line: int) -> int:
         """The file's line (row, sample) number for a unit-local one."""
         return line
+
+    def location(self, reader: "UnitReader", line: int) -> Tuple[str, int]:
+        """``(file, line)`` of a unit-local location: formats whose units span files override it."""
+        return reader.unit.path, self.absolute(reader, line)

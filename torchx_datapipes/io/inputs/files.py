@@ -7,7 +7,7 @@ location of a record (``line`` in errors) is the file's position in its unit's g
 the record's ``path`` names the file.
 """
 
-from typing import TYPE_CHECKING, Any, List, Sequence
+from typing import TYPE_CHECKING, Any, List, Sequence, Tuple
 
 import fsspec
 
@@ -53,6 +53,10 @@ class FilesFormat(InputFormat):
     @staticmethod
     def _files(unit: Unit) -> List[Any]:
         return list((unit.read or {}).get("files") or [[unit.path, unit.size, unit.mtime]])
+
+    def location(self, reader: "UnitReader", line: int) -> Tuple[str, int]:
+        files = self._files(reader.unit)
+        return (str(files[line - 1][0]), 1) if 1 <= line <= len(files) else (reader.unit.path, line)
 
     def read(self, reader: "UnitReader") -> Batches:
         recs: List[Any] = []
