@@ -2,7 +2,6 @@
 values survive exactly, and every input failure names the file and line."""
 
 import bz2
-import csv
 import gzip
 import hashlib
 import json
@@ -298,7 +297,7 @@ def test_csv_with_bom(tmp_path: Path) -> None:
     f.parent.mkdir()
     f.write_bytes(b"\xef\xbb\xbfid,name\n1,a\n2,b\n")
     transform(tmp_path, str(f), str(tmp_path / "o"))
-    assert read_output(tmp_path / "o") == [{"id": "1", "name": "a"}, {"id": "2", "name": "b"}]
+    assert read_output(tmp_path / "o") == [{"id": 1, "name": "a"}, {"id": 2, "name": "b"}]  # typed (issue 10)
 
 
 def test_jsonl_with_bom(tmp_path: Path) -> None:
@@ -328,18 +327,17 @@ def test_csv_field_over_the_csv_module_limit(tmp_path: Path) -> None:
     assert m["bad"] == 0 and [len(r["text"]) for r in read_output(tmp_path / "o")] == [300_000, 5]
 
 
-def test_csv_row_the_csv_module_refuses_is_a_bad_record_under_skip(tmp_path: Path) -> None:
+def test_csv_row_with_the_wrong_number_of_fields_is_a_bad_record_under_skip(tmp_path: Path) -> None:
+    # issue 10: CSV is parsed by pyarrow (no csv-module field limit any more); a row it refuses
+    # is one bad record with its file line, counted after a quoted newline.
     f = tmp_path / "d/rows.csv"
     f.parent.mkdir()
-    f.write_text('id,text\n1,ok\n2,"' + "z" * 50 + '"\n3,fine\n')
-    old = csv.field_size_limit(20)  # whatever the limit, a row over it is one bad record
-    try:
-        m = transform(tmp_path, str(f), str(tmp_path / "o"), "--on_error", "skip", "--max_error_rate", "1")
-    finally:
-        csv.field_size_limit(old)
-    assert [r["id"] for r in read_output(tmp_path / "o")] == ["1", "3"] and m["bad"] == 1
+    f.write_text('id,text\n1,"two\nlines"\n2,a,extra\n3,fine\n')
+    m = transform(tmp_path, str(f), str(tmp_path / "o"), "--on_error", "skip", "--max_error_rate", "1")
+    assert [r["id"] for r in read_output(tmp_path / "o")] == [1, 3] and m["bad"] == 1
     (err,) = [orjson.loads(x) for x in (tmp_path / "o/_errors/part-00000.jsonl").read_bytes().splitlines()]
-    assert err["file"] == str(f) and err["line"] == 3 and "field larger than field limit" in err["error"]
+    assert err["file"] == str(f) and err["line"] == 4 and "expected 2 fields (id,text), got 3" in err["error"]
+    assert err["raw"] == "2,a,extra"
 
 
 def test_symlinked_subdirectory_and_a_loop(tmp_path: Path) -> None:

@@ -92,7 +92,7 @@ def test_formats(tmp_path: Path) -> None:
     (tmp_path / "t/b.txt").write_text("hello\n\nworld")
     run(tmp_path, identity, str(tmp_path / "t/*"), "o2")
     assert canon(read_output(tmp_path / "o2")) == canon(
-        [{"id": "1", "name": "ann"}, {"id": "2", "name": "bob"}, "hello", "world"]
+        [{"id": 1, "name": "ann"}, {"id": 2, "name": "bob"}, "hello", "world"]  # typed CSV (issue 10)
     )
 
     run(tmp_path, identity, str(d / "c.parquet"), "o3", "--output_format", "parquet")

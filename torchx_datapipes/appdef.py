@@ -21,6 +21,7 @@ from torchx_datapipes import target as _target
 from torchx_datapipes.cluster import META_RELATIVE, encode_relative, place_paths
 from torchx_datapipes.errors import DatapipesError
 from torchx_datapipes.io.fs import check_disjoint, check_io_disjoint, split_patterns
+from torchx_datapipes.io.inputs.planning import check_input_formats
 from torchx_datapipes.io.lease import refuse_if_held
 from torchx_datapipes.io.manifest import has_success, success_url
 from torchx_datapipes.options import SPECS, OptionError
@@ -56,6 +57,8 @@ def build_app(op: str, arguments: Mapping[str, Any]) -> specs.AppDef:
     with client_checks():
         values = place_paths(spec.check(arguments), where, relative)
         validate_io(values["input"], values["output"], values["overwrite"], where.shares_client_fs)
+        if where.shares_client_fs:  # elsewhere local paths are the job's mounts: the runner checks them
+            check_input_formats(values["input"], values["format"])
         validate_cache(values.get("cache"))
         if values.get("cache"):  # the secret goes to a 0600 file (or stays in the job's env), never on argv
             values["cache"] = public_url(values["cache"], values["artifact_store"] or default_store())

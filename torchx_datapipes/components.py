@@ -36,6 +36,9 @@ def transform(
     output: str,
     format: str = "auto",
     output_format: str = "jsonl",
+    schema: Optional[str] = None,
+    na_values: Optional[str] = None,
+    delimiter: Optional[str] = None,
     num_workers: int = 1,
     assign: str = "dynamic",
     batch_size: int = 1024,
@@ -75,8 +78,14 @@ def transform(
         input: input files: a path, a glob such as 'data/*.jsonl', a directory, or several separated by
             commas; local, s3:// or any fsspec URL. .gz and .zst are decompressed.
         output: output directory (local or fsspec URL)
-        format: input format: auto (by extension), jsonl, csv, text or parquet
+        format: input format: auto (by extension; an unknown extension is refused), jsonl, json, csv, text,
+            parquet, files (one record per file: images, audio, any blob) or webdataset (tar shards)
         output_format: jsonl or parquet
+        schema: CSV column types overriding inference, e.g. 'id:int,name:str' (int, float, bool, str, date,
+            timestamp)
+        na_values: CSV cells read as null, comma-separated (default: pandas' list: '', NA, N/A, null, NaN,
+            ...)
+        delimiter: CSV field delimiter: one character, or tab (default: ',' and tab for .tsv)
         num_workers: worker processes per rank
         assign: which slot (rank x worker) runs which unit: dynamic (claim the next unit, largest first,
             from the job's store) or static (unit i on slot i mod slots); never changes the output
@@ -123,6 +132,9 @@ def split(
     fn: Optional[str] = None,
     format: str = "auto",
     output_format: str = "jsonl",
+    schema: Optional[str] = None,
+    na_values: Optional[str] = None,
+    delimiter: Optional[str] = None,
     num_workers: int = 1,
     assign: str = "dynamic",
     batch_size: int = 1024,
@@ -162,8 +174,14 @@ def split(
         stratify: a class field; every class is split in the given proportions
         seed: changes the assignment; the same seed always gives the same split
         fn: optional transform applied before splitting (file.py:fn, pkg.module:fn or artifact URL)
-        format: input format: auto (by extension), jsonl, csv, text or parquet
+        format: input format: auto (by extension; an unknown extension is refused), jsonl, json, csv, text,
+            parquet, files (one record per file: images, audio, any blob) or webdataset (tar shards)
         output_format: jsonl or parquet
+        schema: CSV column types overriding inference, e.g. 'id:int,name:str' (int, float, bool, str, date,
+            timestamp)
+        na_values: CSV cells read as null, comma-separated (default: pandas' list: '', NA, N/A, null, NaN,
+            ...)
+        delimiter: CSV field delimiter: one character, or tab (default: ',' and tab for .tsv)
         num_workers: worker processes per rank
         assign: which slot (rank x worker) runs which unit: dynamic (claim the next unit, largest first,
             from the job's store) or static (unit i on slot i mod slots); never changes the output
@@ -200,6 +218,9 @@ def stats(
     bins: int = 30,
     fn: Optional[str] = None,
     format: str = "auto",
+    schema: Optional[str] = None,
+    na_values: Optional[str] = None,
+    delimiter: Optional[str] = None,
     num_workers: int = 1,
     assign: str = "dynamic",
     batch_size: int = 4096,
@@ -237,7 +258,13 @@ def stats(
         top_k: most frequent values to report per string field
         bins: bins of the equal-width histograms
         fn: optional transform applied first (stats of the transformed records)
-        format: input format: auto (by extension), jsonl, csv, text or parquet
+        format: input format: auto (by extension; an unknown extension is refused), jsonl, json, csv, text,
+            parquet, files (one record per file: images, audio, any blob) or webdataset (tar shards)
+        schema: CSV column types overriding inference, e.g. 'id:int,name:str' (int, float, bool, str, date,
+            timestamp)
+        na_values: CSV cells read as null, comma-separated (default: pandas' list: '', NA, N/A, null, NaN,
+            ...)
+        delimiter: CSV field delimiter: one character, or tab (default: ',' and tab for .tsv)
         num_workers: worker processes per rank
         assign: which slot (rank x worker) runs which unit: dynamic (claim the next unit, largest first,
             from the job's store) or static (unit i on slot i mod slots); never changes the output

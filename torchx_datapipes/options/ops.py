@@ -18,6 +18,45 @@ _INPUT_HELP = (
 )
 
 
+_FORMAT_HELP = (
+    "input format: auto (by extension; an unknown extension is refused), jsonl, json, csv, text, parquet,"
+    " files (one record per file: images, audio, any blob) or webdataset (tar shards)"
+)
+_SCHEMA_HELP = (
+    "CSV column types overriding inference, e.g. 'id:int,name:str' (int, float, bool, str, date, timestamp)"
+)
+_NA_HELP = "CSV cells read as null, comma-separated (default: pandas' list: '', NA, N/A, null, NaN, ...)"
+_DELIMITER_HELP = "CSV field delimiter: one character, or tab (default: ',' and tab for .tsv)"
+
+
+def _input_format(value: Any) -> None:
+    from torchx_datapipes.io.inputs.registry import format_class
+
+    if value != "auto":
+        try:
+            format_class(value)
+        except ValueError as e:
+            raise ValueError(f"must be auto or a known input format ({e})") from e
+
+
+def _schema(value: Any) -> None:
+    from torchx_datapipes.io.inputs.registry import parse_schema
+
+    try:
+        parse_schema(value)
+    except ValueError as e:
+        raise ValueError(f"must be a list of column:type ({e})") from e
+
+
+def _delimiter(value: Any) -> None:
+    from torchx_datapipes.io.inputs.registry import parse_delimiter
+
+    try:
+        parse_delimiter(value)
+    except ValueError as e:
+        raise ValueError(f"must be one character ({e})") from e
+
+
 def _io(input_help: str, output_help: str) -> Tuple[Option, ...]:
     return (
         Option("input", "str", REQUIRED, input_help, check=c.non_empty),
@@ -34,14 +73,11 @@ def _data(
         else ()
     )
     return (
-        Option(
-            "format",
-            "str",
-            "auto",
-            "input format: auto (by extension), jsonl, csv, text or parquet",
-            choices=c.INPUT_FORMATS,
-        ),
+        Option("format", "str", "auto", _FORMAT_HELP, check=_input_format),
         *fmt,
+        Option("schema", "str", None, _SCHEMA_HELP, optional=True, check=_schema),
+        Option("na_values", "str", None, _NA_HELP, optional=True),
+        Option("delimiter", "str", None, _DELIMITER_HELP, optional=True, check=_delimiter),
         Option("num_workers", "int", 1, "worker processes per rank", check=c.at_least(1)),
         Option(
             "assign",

@@ -11,6 +11,7 @@ from typing import Any, Callable, Dict, List, Optional
 from torch.distributed.elastic.multiprocessing.errors import record
 
 from torchx_datapipes.io.fs import split_patterns
+from torchx_datapipes.io.inputs.registry import encode_spec
 from torchx_datapipes.options import SPECS
 from torchx_datapipes.runner.badrecords import OnError
 from torchx_datapipes.runner.engine import Op, RunConfig, run_op
@@ -40,7 +41,7 @@ def to_config(args: argparse.Namespace) -> RunConfig:
         output=args.output.rstrip("/"),
         artifact=args.artifact,
         sha256=_sha256(args),
-        format=args.format,
+        format=encode_spec(args.format, args.schema or "", args.na_values, args.delimiter or ""),
         output_format=getattr(args, "output_format", "jsonl"),
         num_workers=args.num_workers,
         batch_size=args.batch_size,

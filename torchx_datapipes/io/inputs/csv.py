@@ -1,0 +1,228 @@
+"""Typed CSV and TSV, read with pyarrow's CSV parser.
+
+Planning (rank 0) reads every CSV file whole, as strings, and infers each column's type over
+the WHOLE file (``csv_types``); types are unified across files and stored in each unit
+(``Unit.read["schema"]``), so every unit and rank casts to the same types. ``--schema``
+overrides inference per column. Reading parses as strings, turns the null markers
+(``--na_values``, pandas' defaults) into None and casts each column; a cell that does not fit
+is a bad record with its file line, column and value. The location of a record is the file
+line it starts on (a record with a quoted newline spans several lines), found by
+``csv_lines.RecordLines`` from the same bytes the parser reads.
+"""
+
+import io
+from collections import deque
+from typing import TYPE_CHECKING, Any, Deque, Dict, Iterator, List, Optional, Sequence, Tuple
+
+from torchx_datapipes.errors import InputError
+from torchx_datapipes.io.inputs.base import (
+    Batches,
+    InputFormat,
+    PlannedFile,
+    ReadOptions,
+    extra_hint,
+    open_unit_stream,
+    stem_of,
+)
+from torchx_datapipes.io.inputs.csv_lines import RecordLines, Tee
+from torchx_datapipes.io.inputs.unit import Unit
+from torchx_datapipes.io.streams import CorruptError, TruncatedError
+
+if TYPE_CHECKING:
+    from torchx_datapipes.io.formats import UnitReader
+
+try:
+    import pyarrow as pa
+    import pyarrow.csv as pacsv
+
+    from torchx_datapipes.io.inputs import csv_types as ct
+
+    _MISSING = False
+except ImportError:  # pragma: no cover - the format still owns .csv; planning says what to install
+    _MISSING = True
+
+
+def _need_pyarrow() -> None:
+    if _MISSING:
+        raise extra_hint("parquet", "pyarrow")
+
+
+_BLOCK = 1 << 22
+
+
+def default_delimiter(path: str) -> str:
+    return "\t" if stem_of(path).lower().endswith(".tsv") else ","
+
+
+class _Parse:
+    """One pass of pyarrow's parser over a file: string batches, record lines, invalid rows."""
+
+    def __init__(
+        self, stream: Any, delimiter: str, na_values: Sequence[str], columns: Optional[List[str]]
+    ) -> None:
+        self.lines = RecordLines(delimiter)
+        self.invalid: Deque[str] = deque()
+        tee = io.BufferedReader(Tee(stream, self.lines), buffer_size=1 << 20)
+        conv = pacsv.ConvertOptions(
+            null_values=list(na_values),
+            strings_can_be_null=True,
+            quoted_strings_can_be_null=True,
+            column_types={c: pa.string() for c in columns} if columns else None,
+        )
+        self.reader: Any = None
+        try:
+            self.reader = pacsv.open_csv(
+                tee,
+                read_options=pacsv.ReadOptions(use_threads=False, block_size=_BLOCK),
+                parse_options=pacsv.ParseOptions(
+                    delimiter=delimiter, newlines_in_values=True, invalid_row_handler=self._invalid
+                ),
+                convert_options=conv,
+            )
+        except pa.ArrowInvalid as e:
+            if "Empty CSV file" not in str(e):
+                raise
+        self.columns: List[str] = list(self.reader.schema.names) if self.reader is not None else []
+        if self.reader is not None:
+            while self.lines.queue and self.lines.queue[0][2]:
+                self.lines.pop()  # blank lines before the header
+            if self.lines.queue:
+                self.lines.pop()  # the header
+
+    def _invalid(self, row: Any) -> str:
+        self.invalid.append(row.text)
+        return "skip"
+
+    def batches(self) -> Iterator[Any]:
+        if self.reader is None:
+            return
+        for batch in self.reader:
+            yield batch.cast(pa.schema([(c, pa.string()) for c in batch.schema.names]))
+
+
+def _string_schema(
+    path: str, size: int, delimiter: str, na_values: Sequence[str]
+) -> Tuple[List[str], Dict[str, str]]:
+    with open_unit_stream(path, size) as (fh, _):
+        names = _Parse(fh, delimiter, na_values, None).columns  # the header (types as pyarrow guesses)
+    with open_unit_stream(path, size) as (fh, _):
+        parse = _Parse(fh, delimiter, na_values, names)
+        inf = ct.Inference()
+        for batch in parse.batches():
+            inf.update(batch)
+        return parse.columns, {c: inf.kinds.get(c, "null") for c in parse.columns}
+
+
+class CsvFormat(InputFormat):
+    name = "csv"
+    extensions = (".csv", ".tsv")
+
+    def plan(self, files: Sequence[PlannedFile], target: int, opts: ReadOptions) -> List[Unit]:
+        _need_pyarrow()
+        na = list(ct.DEFAULT_NA if opts.na_values is None else opts.na_values)
+        found: List[Tuple[PlannedFile, str, List[str], Dict[str, str]]] = []
+        for f in files:
+            delim = opts.delimiter or default_delimiter(f[0])
+            try:
+                cols, kinds = _string_schema(f[0], f[1], delim, na)
+            except pa.ArrowInvalid as e:
+                raise InputError(
+                    f"{f[0]}: cannot parse as CSV ({e}); check --delimiter, or pass --format"
+                ) from e
+            except (TruncatedError, CorruptError) as e:
+                raise InputError(
+                    f"{f[0]}: {e} (column types are inferred over the whole file when planning); re-fetch"
+                    " or recompress the file (check it with gzip -t / zstd -t / xz -t / bzip2 -t)"
+                ) from e
+            found.append((f, delim, cols, kinds))
+        unified = ct.unify(k for *_, k in found)
+        known = set(unified)
+        wrong = [c for c in opts.schema if c not in known]
+        if wrong and found:
+            raise InputError(
+                f"--schema names column(s) {', '.join(map(repr, wrong))} that no CSV input has;"
+                f" columns: {', '.join(sorted(known))}"
+            )
+        unified.update(opts.schema)
+        units = []
+        for (path, size, mtime), delim, cols, _ in found:
+            read = {"schema": [[c, unified[c]] for c in cols], "na_values": na, "delimiter": delim}
+            units.append(Unit(0, path, size, format=self.name, mtime=mtime, read=read))
+        return units
+
+    def read(self, reader: "UnitReader") -> Batches:
+        _need_pyarrow()
+        u = reader.unit
+        info = u.read or {}
+        schema: List[Tuple[str, str]] = [(c, t) for c, t in info.get("schema", [])]
+        na = info.get("na_values", list(ct.DEFAULT_NA))
+        delim = info.get("delimiter") or default_delimiter(u.path)
+        with open_unit_stream(u.path, u.size) as (fh, raw):
+            try:
+                yield from self._read(reader, fh, schema, na, delim)
+            except (TruncatedError, CorruptError) as e:
+                reader.cut(e, reader.records + len(reader.bad), raw.consumed)
+            except pa.ArrowInvalid as e:
+                raise InputError(
+                    f"{u.path}: cannot parse as CSV ({e}); fix the file, or pass --format"
+                ) from e
+            reader.bytes_read = raw.consumed
+        reader.bytes_done = u.nbytes
+
+    def _read(
+        self, reader: "UnitReader", fh: Any, schema: List[Tuple[str, str]], na: List[str], delim: str
+    ) -> Batches:
+        kinds = dict(schema)
+        parse = _Parse(fh, delim, na, [c for c, _ in schema] or None)
+        ncols = len(parse.columns)
+        header = delim.join(parse.columns)
+        for batch in parse.batches():
+            lines = self._lines(reader, parse, batch.num_rows, ncols, header)
+            recs, rows = self._typed(reader, batch, kinds, lines, delim)
+            for i in range(0, len(recs), reader.batch_size):
+                yield recs[i : i + reader.batch_size], rows[i : i + reader.batch_size]
+        self._lines(reader, parse, -1, ncols, header)
+
+    @staticmethod
+    def _lines(reader: "UnitReader", parse: _Parse, n: int, ncols: int, header: str) -> List[int]:
+        """The first lines of the next ``n`` rows (all remaining records when ``n`` < 0)."""
+        out: List[int] = []
+        q = parse.lines.queue
+        while (n < 0 or len(out) < n) and q:
+            line, fields, blank = q.popleft()
+            if blank:
+                reader.blank += 1
+            elif fields != ncols:
+                text = parse.invalid.popleft() if parse.invalid else ""
+                reader.add_bad(line, f"expected {ncols} fields ({header}), got {fields}", text)
+            else:
+                out.append(line)
+        while n >= 0 and len(out) < n:
+            out.append(0)  # the scanner and the parser disagree (a quote inside an unquoted field)
+        return out
+
+    @staticmethod
+    def _typed(
+        reader: "UnitReader", batch: Any, kinds: Dict[str, str], lines: List[int], delim: str
+    ) -> Tuple[List[Any], List[int]]:
+        cols: List[Any] = []
+        bad: Dict[int, Tuple[str, str, Any]] = {}
+        for name, col in zip(batch.schema.names, batch.columns):
+            kind = kinds.get(name, "string")
+            typed, wrong = ct.cast_column(col, kind)
+            cols.append(typed)
+            for i in wrong or ():
+                bad.setdefault(i, (name, kind, col[i].as_py()))
+        table = pa.RecordBatch.from_arrays(cols, names=batch.schema.names)
+        if not bad:
+            return table.to_pylist(), lines
+        for i, (name, kind, value) in sorted(bad.items()):
+            row = delim.join("" if v is None else str(v) for v in batch.slice(i, 1).to_pylist()[0].values())
+            reader.add_bad(
+                lines[i],
+                f"column {name!r}: {ct.describe_value(value)} is not a {kind} (the column's type); fix the"
+                f" value, or read the column as text with --schema '{name}:str'",
+                row,
+            )
+        keep = pa.array([i not in bad for i in range(batch.num_rows)])
+        return table.filter(keep).to_pylist(), [ln for i, ln in enumerate(lines) if i not in bad]

@@ -1,0 +1,123 @@
+"""CSV column types: inferred over whole files, unified across files, applied per batch.
+
+Types are one of ``int``, ``float``, ``bool``, ``date``, ``timestamp``, ``string`` (and
+``null`` while a column has held no value). A column's type is the narrowest that fits every
+non-null cell of the file: ``int`` joined with ``float`` is ``float``, ``date`` with
+``timestamp`` is ``timestamp``, anything else that differs is ``string``. Casting at read time
+uses the planned type, so every unit and rank gives the same types; a cell that does not fit
+is a bad record naming its column and value.
+"""
+
+from typing import Any, Dict, Iterable, List, Optional, Tuple
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+# pandas.read_csv's default null markers (and the empty cell)
+DEFAULT_NA = (
+    "", "#N/A", "#N/A N/A", "#NA", "-1.#IND", "-1.#QNAN", "-NaN", "-nan", "1.#IND", "1.#QNAN", "<NA>",
+    "N/A", "NA", "NULL", "NaN", "None", "n/a", "nan", "null",
+)  # fmt: skip
+KINDS = ("int", "float", "bool", "date", "timestamp")  # tried in this order
+ARROW: Dict[str, pa.DataType] = {
+    "int": pa.int64(), "float": pa.float64(), "bool": pa.bool_(), "date": pa.date32(),
+    "timestamp": pa.timestamp("us"), "string": pa.string(),
+}  # fmt: skip
+
+
+def join(a: str, b: str) -> str:
+    if a == b or b == "null":
+        return a
+    if a == "null":
+        return b
+    pair = {a, b}
+    if pair == {"int", "float"}:
+        return "float"
+    if pair == {"date", "timestamp"}:
+        return "timestamp"
+    return "string"
+
+
+def _fits(values: pa.Array, kind: str) -> bool:
+    if len(values) > 4096 and not _fits(values.slice(0, 1024), kind):
+        return False  # a cheap refusal first: a failing cast of a long column costs as much as a good one
+    if kind == "bool":
+        return bool(pc.all(pc.is_in(pc.utf8_lower(values), pa.array(["true", "false"]))).as_py())
+    try:
+        pc.cast(values, ARROW[kind])
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+        return False
+    return True
+
+
+def batch_kind(col: pa.Array, current: str) -> str:
+    """The join of ``current`` and the narrowest kind fitting every non-null cell of ``col``."""
+    if current == "string":
+        return current
+    values = pc.drop_null(col)
+    if len(values) == 0:
+        return current
+    for kind in KINDS:
+        if kind == "float" and _has_big_int(values):
+            return "string"  # an integer beyond int64 would lose digits as a float: keep the text exact
+        if join(current, kind) != "string" and _fits(values, kind):
+            return join(current, kind)
+    return "string"
+
+
+def _has_big_int(values: pa.Array) -> bool:
+    return bool(pc.any(pc.match_substring_regex(values, r"^\s*[+-]?\d{19,}\s*$")).as_py())
+
+
+class Inference:
+    """Column kinds of one file, batch after batch (all columns read as strings)."""
+
+    def __init__(self) -> None:
+        self.kinds: Dict[str, str] = {}
+        self.columns: List[str] = []
+
+    def update(self, batch: pa.RecordBatch) -> None:
+        if not self.columns:
+            self.columns = list(batch.schema.names)
+            self.kinds = {c: "null" for c in self.columns}
+        for name, col in zip(batch.schema.names, batch.columns):
+            self.kinds[name] = batch_kind(col, self.kinds[name])
+
+
+def unify(per_file: Iterable[Dict[str, str]]) -> Dict[str, str]:
+    out: Dict[str, str] = {}
+    for kinds in per_file:
+        for c, k in kinds.items():
+            out[c] = join(out.get(c, "null"), k)
+    return {c: ("string" if k == "null" else k) for c, k in out.items()}
+
+
+def cast_column(col: pa.Array, kind: str) -> Tuple[pa.Array, Optional[List[int]]]:
+    """``col`` (strings) as ``kind``; the indexes of cells that do not fit, or None when all fit."""
+    if kind == "string":
+        return col, None
+    if kind == "bool":
+        low = pc.utf8_lower(col)
+        ok = pc.or_kleene(pc.is_null(col), pc.is_in(low, pa.array(["true", "false"])))
+        wrong = None if pc.all(ok).as_py() else [i for i, v in enumerate(ok.to_pylist()) if not v]
+        return pc.equal(low, "true"), wrong
+    try:
+        return pc.cast(col, ARROW[kind]), None
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+        pass
+    bad: List[int] = []
+    for i, v in enumerate(col.to_pylist()):
+        if v is None:
+            continue
+        try:
+            pc.cast(pa.array([v]), ARROW[kind])
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+            bad.append(i)
+    bad_set = set(bad)
+    mask = pa.array([i not in bad_set for i in range(len(col))]) if bad else None
+    fixed = pc.if_else(mask, col, pa.scalar(None, pa.string())) if mask is not None else col
+    return pc.cast(fixed, ARROW[kind]), bad
+
+
+def describe_value(v: Any) -> str:
+    return repr(v) if len(repr(v)) < 200 else repr(v)[:200] + "..."

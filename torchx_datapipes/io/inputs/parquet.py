@@ -1,0 +1,58 @@
+"""Parquet: a unit is a row group; the location of a record is its row in the file (1-based)."""
+
+import contextlib
+from typing import TYPE_CHECKING, Any, Iterator, List, Sequence
+
+import fsspec
+
+from torchx_datapipes.errors import InputError
+from torchx_datapipes.io.inputs.base import Batches, InputFormat, PlannedFile, ReadOptions, extra_hint
+from torchx_datapipes.io.inputs.unit import Unit
+
+if TYPE_CHECKING:
+    from torchx_datapipes.io.formats import UnitReader
+
+
+@contextlib.contextmanager
+def open_parquet(path: str) -> Iterator[Any]:
+    try:
+        import pyarrow.parquet as pq
+    except ImportError as e:
+        raise extra_hint("parquet", "pyarrow") from e
+    import pyarrow as pa
+
+    with fsspec.open(path, "rb") as fh:
+        try:
+            pf = pq.ParquetFile(fh)
+        except (pa.ArrowInvalid, OSError) as e:
+            raise InputError(
+                f"{path}: not a valid Parquet file ({e}); the file is truncated or is not Parquet."
+                " Re-fetch or rewrite it, or pass --format to read it as another format"
+            ) from e
+        yield pf
+
+
+class ParquetFormat(InputFormat):
+    name = "parquet"
+    extensions = (".parquet", ".pq")
+    strict_unchanged = True  # any change moves the footer
+
+    def plan(self, files: Sequence[PlannedFile], target: int, opts: ReadOptions) -> List[Unit]:
+        units: List[Unit] = []
+        for path, size, mtime in files:
+            with open_parquet(path) as pf:
+                groups = int(pf.num_row_groups)
+            units.extend(
+                Unit(0, path, size, row_group=rg, format=self.name, mtime=mtime) for rg in range(groups)
+            )
+        return units
+
+    def read(self, reader: "UnitReader") -> Batches:
+        rg = reader.unit.row_group
+        with open_parquet(reader.unit.path) as pf:
+            row = sum(pf.metadata.row_group(i).num_rows for i in range(rg))
+            for batch in pf.iter_batches(row_groups=[rg], batch_size=reader.batch_size):
+                recs = batch.to_pylist()
+                yield recs, list(range(row + 1, row + 1 + len(recs)))
+                row += len(recs)
+        reader.bytes_done = reader.bytes_read = reader.unit.nbytes

@@ -1,0 +1,180 @@
+"""Choose an input format by name or by file extension.
+
+Layered like fsspec's registry and ``cache/registry.py``: a table of import strings (so
+importing torchx_datapipes never imports pyarrow or webdataset), :func:`register_format` for
+code, and the entry-point group ``torchx_datapipes.formats`` for third-party packages::
+
+    [project.entry-points."torchx_datapipes.formats"]
+    myfmt = "my_pkg.formats:MyFormat"     # an InputFormat subclass (name, extensions, read)
+
+Adding a built-in format is one module under ``io/inputs/`` plus one line in ``_KNOWN``.
+"""
+
+import importlib
+import posixpath
+import urllib.parse
+from importlib.metadata import entry_points
+from typing import Dict, Iterable, List, Optional, Tuple, Type, Union
+
+from torchx_datapipes.io.inputs.base import InputFormat, ReadOptions, extra_hint, stem_of
+
+ENTRY_POINT_GROUP = "torchx_datapipes.formats"
+_P = "torchx_datapipes.io.inputs."
+# name -> (import string, pip extra that provides its dependencies or "")
+_KNOWN: Dict[str, Tuple[str, str]] = {
+    "jsonl": (_P + "lines:JsonLinesFormat", ""),
+    "json": (_P + "json:JsonFormat", ""),
+    "text": (_P + "lines:TextFormat", ""),
+    "csv": (_P + "csv:CsvFormat", "parquet"),
+    "parquet": (_P + "parquet:ParquetFormat", "parquet"),
+    "files": (_P + "files:FilesFormat", ""),
+    "webdataset": (_P + "webdataset:WebDatasetFormat", ""),
+}
+ALIASES = {"ndjson": "jsonl", "txt": "text", "tsv": "csv", "wds": "webdataset", "tar": "webdataset"}
+_REGISTERED: Dict[str, Union[str, Type[InputFormat]]] = {}
+
+
+def register_format(name: str, cls: Union[str, Type[InputFormat]], clobber: bool = False) -> None:
+    """Make ``--format name`` (and ``cls.extensions`` under auto) read with ``cls`` or ``"module:Class"``."""
+    if not clobber and name in format_names():
+        raise ValueError(f"input format {name!r} is already registered; pass clobber=True to replace it")
+    _REGISTERED[name] = cls
+    _CACHE.clear()
+
+
+def format_names() -> Tuple[str, ...]:
+    eps = {ep.name for ep in entry_points(group=ENTRY_POINT_GROUP)}
+    return tuple(sorted({*_KNOWN, *_REGISTERED, *eps}))
+
+
+_CACHE: Dict[str, Type[InputFormat]] = {}
+
+
+def format_class(name: str) -> Type[InputFormat]:
+    """The InputFormat class for a name or alias (imports its module now)."""
+    name = ALIASES.get(name.lower(), name.lower())
+    if name in _CACHE:
+        return _CACHE[name]
+    target: Union[str, Type[InputFormat], None] = _REGISTERED.get(name)
+    extra = ""
+    if target is None and name in _KNOWN:
+        target, extra = _KNOWN[name]
+    if target is None:
+        for ep in entry_points(group=ENTRY_POINT_GROUP, name=name):
+            target = ep.value
+    if target is None:
+        raise ValueError(f"unknown input format {name!r}; use one of auto, {', '.join(format_names())}")
+    if isinstance(target, str):
+        module, _, attr = target.partition(":")
+        try:
+            target = getattr(importlib.import_module(module), attr)
+        except ImportError as e:
+            if extra:
+                raise extra_hint(extra, e.name or module) from e
+            raise
+    _CACHE[name] = target  # type: ignore[assignment]
+    return target  # type: ignore[return-value]
+
+
+def _by_extension() -> Dict[str, str]:
+    table: Dict[str, str] = {}
+    for name in format_names():
+        try:
+            cls = format_class(name)
+        except ImportError:
+            continue
+        for ext in cls.extensions:
+            table.setdefault(ext, name)
+    return table
+
+
+def detect_format(path: str) -> Optional[str]:
+    """The format that owns the file's extension (after any compression suffix), or None."""
+    base = posixpath.basename(stem_of(path)).lower()
+    table = _by_extension()
+    # the longest matching suffix wins (".tar" under ".tar.gz", ".csv" under "x.1.csv")
+    for ext in sorted(table, key=len, reverse=True):
+        if base.endswith(ext) and len(base) > len(ext):
+            return table[ext]
+    return None
+
+
+def known_extensions() -> List[str]:
+    return sorted(_by_extension())
+
+
+def unknown_extension_error(path: str) -> ValueError:
+    by_fmt: Dict[str, List[str]] = {}
+    for ext, name in _by_extension().items():
+        by_fmt.setdefault(name, []).append(ext)
+    listing = "; ".join(f"{n}: {' '.join(sorted(e))}" for n, e in sorted(by_fmt.items()))
+    return ValueError(
+        f"{path}: unknown input extension; no format owns it. Formats: {listing}."
+        f" Pass --format to force one (e.g. --format jsonl), or remove the file from --input"
+    )
+
+
+def resolve(path: str, fmt: str) -> str:
+    """The format name to read ``path`` with: ``fmt`` forced, or detected under ``auto``."""
+    if fmt != "auto":
+        return format_class(fmt).name
+    found = detect_format(path)
+    if found is None:
+        raise unknown_extension_error(path)
+    return found
+
+
+# -- the format spec: the --format value plus the format options, as one string ---------------
+def encode_spec(fmt: str, schema: str = "", na_values: Optional[str] = None, delimiter: str = "") -> str:
+    """``fmt`` alone, or ``fmt?delimiter=...&na_values=...&schema=...`` when options are given."""
+    query = {k: v for k, v in (("delimiter", delimiter), ("na_values", na_values), ("schema", schema)) if v}
+    if na_values == "":
+        query["na_values"] = ""
+    return fmt if not query else f"{fmt}?{urllib.parse.urlencode(sorted(query.items()))}"
+
+
+def decode_spec(spec: str) -> Tuple[str, ReadOptions]:
+    fmt, _, query = spec.partition("?")
+    q = dict(urllib.parse.parse_qsl(query, keep_blank_values=True))
+    return fmt or "auto", ReadOptions(
+        schema=parse_schema(q.get("schema", "")),
+        na_values=None if "na_values" not in q else tuple(v for v in q["na_values"].split(",")),
+        delimiter=parse_delimiter(q.get("delimiter", "")),
+    )
+
+
+TYPE_NAMES = {
+    "int": "int", "integer": "int", "int64": "int", "float": "float", "double": "float", "float64": "float",
+    "bool": "bool", "boolean": "bool", "str": "string", "string": "string", "date": "date",
+    "timestamp": "timestamp", "datetime": "timestamp",
+}  # fmt: skip
+
+
+def parse_schema(text: str) -> Dict[str, str]:
+    """``'col:int,other:str'`` -> ``{"col": "int", "other": "string"}``."""
+    out: Dict[str, str] = {}
+    for item in (p.strip() for p in text.split(",")):
+        if not item:
+            continue
+        col, sep, typ = item.rpartition(":")
+        if not sep or not col or typ.strip().lower() not in TYPE_NAMES:
+            raise ValueError(
+                f"--schema item {item!r} must look like column:type with type one of"
+                f" {', '.join(sorted(set(TYPE_NAMES)))} (e.g. --schema 'id:int,name:str')"
+            )
+        out[col.strip()] = TYPE_NAMES[typ.strip().lower()]
+    return out
+
+
+def parse_delimiter(text: str) -> str:
+    named = {"tab": "\t", "\\t": "\t", "comma": ",", "semicolon": ";", "pipe": "|", "space": " "}
+    value = named.get(text.lower(), text)
+    if len(value) > 1:
+        raise ValueError(
+            f"--delimiter {text!r} must be one character (or tab, comma, semicolon, pipe, space)"
+        )
+    return value
+
+
+def formats_of(paths: Iterable[str], fmt: str) -> Dict[str, str]:
+    return {p: resolve(p, fmt) for p in paths}

@@ -1,0 +1,84 @@
+"""WebDataset tar shards (``.tar``, ``.tar.gz``, ``.tgz``; ``--format webdataset``): a shard is a unit.
+
+One record per sample, ``{"__key__": key, "<ext>": bytes, ...}``, grouped as the
+``webdataset`` package groups them (``tariterators.base_plus_ext``/``group_by_keys``): the key
+is the member path up to the first dot of its basename, the extension is the rest, lower-cased;
+consecutive members with the same key form one sample; non-regular members and
+``__meta__``-style names are skipped. A sample with the same extension twice is a bad record.
+The location of a record (``line`` in errors) is the sample's number in the shard, 1-based; the
+member names are in the error text.
+"""
+
+import re
+import tarfile
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
+
+from torchx_datapipes.io.inputs.base import Batches, InputFormat, open_unit_stream
+from torchx_datapipes.io.streams import CorruptError, TruncatedError
+
+if TYPE_CHECKING:
+    from torchx_datapipes.io.formats import UnitReader
+
+_KEY = re.compile(r"^((?:.*/|)[^.]+)[.]([^/]*)$")  # webdataset's base_plus_ext
+_META = re.compile(r"__[^/]*__($|/)")
+
+
+def split_name(name: str) -> Tuple[Optional[str], Optional[str]]:
+    m = _KEY.match(name)
+    return (m.group(1), m.group(2).lower()) if m else (None, None)
+
+
+class WebDatasetFormat(InputFormat):
+    name = "webdataset"
+    extensions = (".tar", ".tgz")
+    strict_unchanged = True
+
+    def read(self, reader: "UnitReader") -> Batches:
+        u = reader.unit
+        recs: List[Any] = []
+        rows: List[int] = []
+        sample: Optional[Dict[str, Any]] = None
+        members: List[str] = []
+        bad: Optional[str] = None
+        n = 0
+
+        def flush() -> None:
+            nonlocal sample, bad, n
+            if sample is not None:
+                n += 1
+                if bad:
+                    reader.add_bad(n, bad, ", ".join(members))
+                else:
+                    recs.append(sample)
+                    rows.append(n)
+            sample, bad = None, None
+            members.clear()
+
+        with open_unit_stream(u.path, u.size) as (fh, raw):
+            try:
+                with tarfile.open(fileobj=fh, mode="r|*") as tar:
+                    for info in tar:
+                        if not info.isreg() or _META.match(info.name):
+                            continue
+                        key, ext = split_name(info.name)
+                        if key is None or ext is None:
+                            continue
+                        data = tar.extractfile(info).read()  # type: ignore[union-attr]
+                        if sample is None or key != sample["__key__"]:
+                            flush()
+                            if len(recs) >= reader.batch_size:
+                                yield recs, rows
+                                recs, rows = [], []
+                            sample = {"__key__": key}
+                        if ext in sample and bad is None:
+                            bad = f"sample {key!r} has the member {info.name!r} twice (extension {ext!r})"
+                        sample[ext] = data
+                        members.append(info.name)
+                        reader.bytes_done = raw.consumed
+                    flush()
+            except (TruncatedError, CorruptError, tarfile.ReadError, EOFError) as e:
+                reader.cut(TruncatedError(str(e)) if not isinstance(e, CorruptError) else e, n, raw.consumed)
+            reader.bytes_read = raw.consumed
+        reader.bytes_done = u.nbytes
+        if recs:
+            yield recs, rows
