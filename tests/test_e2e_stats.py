@@ -392,7 +392,8 @@ def test_output_files(runs: Dict[str, Path], project: Tuple[Path, List[Dict[str,
     for name, f in doc["fields"].items():
         if f["numeric"] and f["numeric"]["histogram"]:
             esc = re.escape(name)
-            img = rf'<img id="hist-{esc}" alt="[^"]*{esc}[^"]*" src="data:image/png;base64,'
+            chart = "bars" if f["numeric"]["value_counts"] else "hist"  # one bar per value for few ints
+            img = rf'<img id="{chart}-{esc}" alt="[^"]*{esc}[^"]*" src="data:image/png;base64,'
             assert re.search(img, page), name
         if f["string"] and f["string"]["top"]:
             assert re.search(rf'<img id="topk-{re.escape(name)}" alt="[^"]+"', page), name

@@ -263,3 +263,19 @@ def test_split_hashes_typed_values_without_moving_json_ones() -> None:
     assert canonical(torch.tensor([[0, 2], [3, 5]])) == b"[[0,2],[3,5]]"
     with pytest.raises(TypeError, match="set"):
         canonical({1, 2})
+
+
+def test_value_counts_wide_and_negative_integers() -> None:
+    p = StatsPartial(StatsConfig())
+    p.update([{"a": v, "b": w} for v, w in [(0, -3), (10**9, -1), (0, -3), (-(10**9), 2.0)]])
+    f = p.result()["fields"]
+    assert f["a"]["numeric"]["value_counts"] == [
+        {"value": -(10**9), "count": 1},
+        {"value": 0, "count": 2},
+        {"value": 10**9, "count": 1},
+    ]
+    assert f["b"]["numeric"]["value_counts"] == [
+        {"value": -3, "count": 2},
+        {"value": -1, "count": 1},
+        {"value": 2, "count": 1},
+    ]

@@ -14,6 +14,10 @@ from torchx_datapipes.stats import sketches
 from torchx_datapipes.stats.config import StatsConfig
 from torchx_datapipes.stats.moments import FloatArray, Moments
 
+# integer values spanning at most this range are counted with bincount (O(n), a 512 KiB array at
+# most) instead of np.unique (a sort): cheap for masks, labels, years and pixels of big tensors
+_BINCOUNT_SPAN = 1 << 16
+
 
 class NumericAcc:
     """Statistics of int and float values (bools are counted separately, not here)."""
@@ -56,8 +60,14 @@ class NumericAcc:
         if not np.array_equal(finite, np.floor(finite)):
             self.values = None
             return
-        uniq, counts = np.unique(finite, return_counts=True)
-        self._add_values(zip(uniq.tolist(), counts.tolist(), strict=True))
+        lo, hi = float(finite.min()), float(finite.max())
+        if hi - lo <= _BINCOUNT_SPAN:  # O(n), no sort: cheap for masks, labels, years, pixels
+            counts = np.bincount((finite - lo).astype(np.int64))
+            nz = np.flatnonzero(counts)
+            self._add_values(zip((nz + lo).tolist(), counts[nz].tolist(), strict=True))
+            return
+        uniq, ucounts = np.unique(finite, return_counts=True)
+        self._add_values(zip(uniq.tolist(), ucounts.tolist(), strict=True))
 
     def _add_values(self, pairs: Any) -> None:
         values = self.values

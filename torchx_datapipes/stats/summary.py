@@ -78,7 +78,8 @@ def field_row(name: str, f: dict[str, Any], records: int) -> Row:
     approx = "≈" if num and not num.get("quantiles_exact") else ""
     lo, mid, hi = fmt(num.get("min")), approx + fmt(num.get("median")), fmt(num.get("max"))
     if time and not num:
-        lo, mid, hi = fmt(time["min"]), fmt(time["median"]), fmt(time["max"])
+        approx = "" if time["epoch_s"]["quantiles_exact"] else "≈"
+        lo, mid, hi = fmt(time["min"]), approx + fmt(time["median"]), fmt(time["max"])
     if tensor and tensor.get("shapes"):
         t = tensor["shapes"][0]
         dtypes = "/".join(tensor["dtypes"])
