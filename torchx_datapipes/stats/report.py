@@ -79,7 +79,8 @@ def render_html(doc: dict[str, Any]) -> str:
         f'<h1>Dataset statistics</h1><dl class="run">{run}</dl>'
         f'<h2>Summary</h2><div class="scroll">{_summary_table(doc)}</div>'
         f'<h2>Fields</h2><div class="fields">{cards}</div>'
-        "<footer>Numeric statistics describe finite values; NaN and ±inf are counted separately. "
+        "<footer>Numeric statistics describe finite values; NaN and null count as missing, ±inf "
+        "separately. Dates and timestamps are shown in UTC (naive ones as they are). "
         "≈ marks sketch estimates (KLL quantiles, HyperLogLog distinct counts, frequent-items top-k); "
         f"their error bounds are part of stats.json. Schema version {e(doc.get('schema_version', '–'))}."
         "</footer></main></body></html>\n"
