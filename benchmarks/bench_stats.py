@@ -5,6 +5,8 @@ usage (from the repo root)::
     .venv/bin/python benchmarks/bench_stats.py --quick          # 200k records only
     .venv/bin/python benchmarks/bench_stats.py                  # + 2M records (steady state)
     .venv/bin/python benchmarks/bench_stats.py --data DIR       # DIR/*.jsonl (+ DIR repeated)
+    .venv/bin/python benchmarks/bench_stats.py --typed-csv      # 2M-row typed CSV vs pandas.read_csv
+    .venv/bin/python benchmarks/bench_stats.py --typed-csv --typed-rows 50000   # a quick check
 
 Every method runs as a whole subprocess on the same files (wall time includes interpreter
 start-up and imports; peak RSS is the summed RSS of the process tree, see ``_common.py``):
@@ -21,6 +23,11 @@ start-up and imports; peak RSS is the summed RSS of the process tree, see ``_com
   --overwrite True`` (moments, KLL quantiles + histograms, HLL distinct, frequent items, the
   HTML report); succeeds only if torchx exits 0, ``_SUCCESS`` exists and it described N records.
 - ``ours-1x1w2``: the same with ``-j 1x1 --num_workers 2``.
+
+``--typed-csv`` runs ``pandas-csv`` (``pandas.read_csv`` defaults + ``describe()`` and the same
+extras, see ``_typed_csv.py``), ``ours-1x2`` and ``ours-1x1w2`` on one generated CSV corpus of
+``--typed-rows`` rows (mixed int/float/NA/year/bool/date/string columns, ``--k`` files); the note of
+our rows says whether the CSV reader typed the numeric columns.
 
 Steady state (unless ``--quick``): ``(N2 - N1) / (T2 - T1)`` between the 200k and 2M corpora,
 which cancels the fixed start-up cost; ratios are against ``pool2`` and ``pandas``.
@@ -60,8 +67,10 @@ from _common import (  # noqa: E402
     torchx_log_tail,
     write_json,
 )
+from _typed_csv import csv_files, ensure_typed_csv, ref_pandas_csv, typed_note  # noqa: E402
 
 METHODS = ("plain", "pool2", "pandas", "ddp-job", "ours-1x2", "ours-1x1w2")
+TYPED_METHODS = ("pandas-csv", "ours-1x2", "ours-1x1w2")
 COMPONENT = "torchx_datapipes.components:stats"
 QUANTILES = [0.01, 0.05, 0.25, 0.5, 0.75, 0.95, 0.99]
 
@@ -157,12 +166,13 @@ def _ref_pandas(files: list[str]) -> dict[str, Any]:
 
 def _ref_main(argv: Sequence[str]) -> int:
     ap = argparse.ArgumentParser(prog="bench_stats.py _ref")
-    ap.add_argument("method", choices=("plain", "pool2", "pandas"))
+    ap.add_argument("method", choices=("plain", "pool2", "pandas", "pandas-csv"))
     ap.add_argument("--input", required=True)
     a = ap.parse_args(argv)
-    files = input_files(a.input)
+    files = csv_files(a.input) if a.method == "pandas-csv" else input_files(a.input)
     t0 = time.perf_counter()
-    out = {"plain": _ref_plain, "pool2": _ref_pool2, "pandas": _ref_pandas}[a.method](files)
+    refs = {"plain": _ref_plain, "pool2": _ref_pool2, "pandas": _ref_pandas, "pandas-csv": ref_pandas_csv}
+    out = refs[a.method](files)
     out["compute_s"] = round(time.perf_counter() - t0, 3)
     print(json.dumps(out, default=str))
     return 0
@@ -196,13 +206,15 @@ def _ours_counts(out: Path) -> Optional[dict[str, Any]]:
         "records_in": manifest.get("records_in"),
         "records_out": doc.get("records"),
         "job_s": manifest.get("wall_time_s"),  # inside the ranks: excludes the torchx/torchrun launch
+        "typed": typed_note(doc),
     }
 
 
 def run_method(a: argparse.Namespace, method: str, corpus: Corpus) -> BenchRow:
     out = a.workdir / "out" / f"{method}-{corpus.records}"
     if method.startswith("ours"):
-        cmd = [*torchx_cmd(), "run", "-s", "local_cwd", COMPONENT, "--input", f"{corpus.path}/*.jsonl"]
+        pattern = "*.csv" if a.typed_csv else "*.jsonl"
+        cmd = [*torchx_cmd(), "run", "-s", "local_cwd", COMPONENT, "--input", f"{corpus.path}/{pattern}"]
         cmd += ["--output", str(out), *_ours_args(method), "--overwrite", "True"]
     else:
         cmd = [sys.executable, __file__, "_ref", method, "--input", str(corpus.path)]
@@ -229,6 +241,8 @@ def run_method(a: argparse.Namespace, method: str, corpus: Corpus) -> BenchRow:
             if counts.get(key) is not None:
                 row.extra[key] = counts[key]
                 row.note = (row.note + f" {key}={counts[key]:.2f}").strip()
+        if a.typed_csv and counts.get("typed"):
+            row.note = (row.note + f" {counts['typed']}").strip()
     if not a.keep_output:
         shutil.rmtree(out, ignore_errors=True)
     return row
@@ -250,7 +264,9 @@ def _ratio(a: Optional[float], b: Optional[float]) -> str:
     return f"{a / b:.2f}x" if a and b else "-"
 
 
-def print_comparison(per_size: list[list[BenchRow]], steady: dict[str, float], n: Sequence[int]) -> None:
+def print_comparison(
+    per_size: list[list[BenchRow]], steady: dict[str, float], n: Sequence[int], pandas: str = "pandas"
+) -> None:
     if steady:
         print(f"\nSteady state: records/s after start-up = (N2 - N1) / (T2 - T1), N1={n[0]}, N2={n[1]}")
         print(f"{'method':<12} {'steady rec/s':>13} {'vs pool2':>9} {'vs pandas':>10}")
@@ -264,7 +280,7 @@ def print_comparison(per_size: list[list[BenchRow]], steady: dict[str, float], n
         for r in rows:
             if not r.method.startswith("ours") or not r.ok or not r.wall_s:
                 continue
-            p, d = by.get("pool2"), by.get("pandas")
+            p, d = by.get("pool2"), by.get(pandas)
             vp = _ratio(p.wall_s, r.wall_s) if p and p.ok else "-"
             vd = _ratio(d.wall_s, r.wall_s) if d and d.ok else "-"
             rss = _ratio(r.peak_rss_mb, d.peak_rss_mb) if d and d.ok else "-"
@@ -272,8 +288,12 @@ def print_comparison(per_size: list[list[BenchRow]], steady: dict[str, float], n
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
-    ap = bench_parser("Benchmark stats: ours vs pandas, a plain loop and Pool(2).", METHODS)
-    return parse_bench_args(ap, argv, METHODS)
+    typed = "--typed-csv" in (sys.argv[1:] if argv is None else argv)
+    methods = TYPED_METHODS if typed else METHODS
+    ap = bench_parser("Benchmark stats: ours vs pandas, a plain loop and Pool(2).", methods)
+    ap.add_argument("--typed-csv", action="store_true", help="a typed CSV corpus vs pandas.read_csv")
+    ap.add_argument("--typed-rows", type=int, default=2_000_000, help="rows of the --typed-csv corpus")
+    return parse_bench_args(ap, argv, methods)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -283,7 +303,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     a = parse_args(argv)
     a.workdir.mkdir(parents=True, exist_ok=True)
     os.chdir(REPO_ROOT)
-    cs = select_corpora(a.data, a.n, a.k, a.seed, a.steady_n, a.quick, a.workdir / "data")
+    if a.typed_csv:
+        cs = [Corpus(ensure_typed_csv(a.typed_rows, a.k, a.seed, a.workdir / "data"), a.typed_rows)]
+    else:
+        cs = select_corpora(a.data, a.n, a.k, a.seed, a.steady_n, a.quick, a.workdir / "data")
     print(f"# corpora: {', '.join(f'{c.path} ({c.records} records)' for c in cs)}")
     print(f"# cpus={os.cpu_count()} python={sys.version.split()[0]} peak RSS={rss_source()}", flush=True)
     rows: list[BenchRow] = []
@@ -306,7 +329,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     all_rows = rows + [r for s in per_size for r in s]
     print_table(all_rows, title=f"Results (peak RSS: {rss_source()})")
     steady = steady_rates(per_size[0], per_size[1]) if len(per_size) > 1 else {}
-    print_comparison(per_size, steady, [c.records for c in cs])
+    print_comparison(per_size, steady, [c.records for c in cs], "pandas-csv" if a.typed_csv else "pandas")
     if a.json:
         meta = {"corpora": [str(c.path) for c in cs], "cpus": os.cpu_count(), "rss": rss_source()}
         write_json(a.json, {"meta": meta, "rows": all_rows, "steady": steady})

@@ -217,9 +217,10 @@ def check_field(
     f = doc["fields"][name]
     vals = present(recs, name)
     nulls = sum(1 for r in recs if name in r and r[name] is None)
-    assert f["count"] == len(vals), name
-    assert f["missing"] == len(recs) - len(vals), name
-    assert f["null"] == nulls, name
+    nans = sum(1 for v in vals if isinstance(v, float) and math.isnan(v))  # NaN counts as missing
+    assert f["count"] == len(vals) - nans, name
+    assert f["missing"] == len(recs) - len(vals) + nans, name
+    assert f["null"] == nulls and f["nan"] == nans, name
     want_types = Counter(type_name(v) for v in vals)
     if nulls:
         want_types["null"] = nulls
@@ -314,7 +315,7 @@ def test_every_field_against_numpy_for_every_world_size(
     _, recs, bad = project
     for j, out in runs.items():
         doc = load(out)
-        assert doc["schema_version"] == 1, j
+        assert doc["schema_version"] == 2, j
         assert doc["records"] == len(recs) and doc["bad_records"] == bad, j
         assert doc["records_in"] == len(recs) + bad, j
         assert doc["world_size"] == {"1x1": 1, "1x2": 2, "2x2": 4}[j]
@@ -391,7 +392,8 @@ def test_output_files(runs: Dict[str, Path], project: Tuple[Path, List[Dict[str,
     for name, f in doc["fields"].items():
         if f["numeric"] and f["numeric"]["histogram"]:
             esc = re.escape(name)
-            img = rf'<img id="hist-{esc}" alt="[^"]*{esc}[^"]*" src="data:image/png;base64,'
+            chart = "bars" if f["numeric"]["value_counts"] else "hist"  # one bar per value for few ints
+            img = rf'<img id="{chart}-{esc}" alt="[^"]*{esc}[^"]*" src="data:image/png;base64,'
             assert re.search(img, page), name
         if f["string"] and f["string"]["top"]:
             assert re.search(rf'<img id="topk-{re.escape(name)}" alt="[^"]+"', page), name

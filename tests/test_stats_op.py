@@ -130,7 +130,7 @@ def test_options(tmp_path: Path, data: tuple[Path, List[Dict[str, Any]], int]) -
     assert len(x["histogram"]["counts"]) == 10
     assert len(doc["fields"]["tag"]["string"]["top"]) == 5
     page = (tmp_path / "o/report.html").read_text()
-    assert 'id="hist-x"' in page and 'id="hist-label"' in page and 'id="topk-tag"' in page
+    assert 'id="hist-x"' in page and 'id="bars-label"' in page and 'id="topk-tag"' in page
     assert 'id="hist-id"' not in page
 
 

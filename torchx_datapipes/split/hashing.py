@@ -10,10 +10,17 @@ Canonical bytes are ``orjson.dumps(value, option=OPT_SORT_KEYS | OPT_SERIALIZE_N
 the Python numbers they print as. The hash is ``xxh3_64(canonical, seed)`` (XXH3 output is frozen
 since xxHash 0.8.0). Both choices are part of the on-disk compatibility contract: changing either
 would move records between splits of an existing dataset.
+
+Typed values that orjson cannot write (``bytes``, ``Decimal``, torch tensors, numpy arrays that are
+not C-contiguous) go through :func:`_typed_default`, which orjson calls only for values it would
+otherwise reject, so the canonical bytes of every record that was hashable before are unchanged:
+bytes become ``{"$bytes": hex}``, a ``Decimal`` ``{"$decimal": str}``, arrays and tensors their nested
+lists (like orjson's own numpy output).
 """
 
 from __future__ import annotations
 
+import decimal
 import operator
 import reprlib
 from collections.abc import Mapping, Sequence
@@ -86,9 +93,23 @@ def parse_key(text: str | None) -> KeySpec | None:
     return KeySpec(fields)
 
 
+def _typed_default(value: Any) -> Any:
+    """orjson ``default``: a JSON form for typed values it cannot write (see the module docstring)."""
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return {"$bytes": bytes(value).hex()}
+    if isinstance(value, decimal.Decimal):
+        return {"$decimal": str(value)}
+    if isinstance(value, np.ndarray):
+        return value.tolist()
+    if any(c.__name__ == "Tensor" and c.__module__.split(".")[0] == "torch" for c in type(value).__mro__):
+        t = value.detach().cpu()
+        return (t if not t.is_floating_point() else t.double()).tolist()
+    raise TypeError(f"Type is not JSON serializable: {type(value).__name__}")
+
+
 def canonical(value: Any) -> bytes:
     """The canonical bytes that are hashed for a key value (or a whole record)."""
-    return orjson.dumps(value, option=_OPTS)
+    return orjson.dumps(value, default=_typed_default, option=_OPTS)
 
 
 def hash_keys(records: Sequence[Any], key: KeySpec | None, seed: int) -> np.ndarray:
@@ -101,16 +122,16 @@ def hash_keys(records: Sequence[Any], key: KeySpec | None, seed: int) -> np.ndar
         TypeError: a key value is not JSON-serialisable.
     """
     seed = check_seed(seed)
-    h, dumps, opts = xxhash.xxh3_64_intdigest, orjson.dumps, _OPTS
+    h, dumps, opts, dflt = xxhash.xxh3_64_intdigest, orjson.dumps, _OPTS, _typed_default
     try:
         if key is None:
-            out = [h(dumps(r, option=opts), seed) for r in records]
+            out = [h(dumps(r, default=dflt, option=opts), seed) for r in records]
         elif len(key.fields) == 1:
             field = key.fields[0]
-            out = [h(dumps(r[field], option=opts), seed) for r in records]
+            out = [h(dumps(r[field], default=dflt, option=opts), seed) for r in records]
         else:  # itemgetter of several fields returns a tuple, which orjson writes as a JSON array
             get: Callable[[Any], Any] = operator.itemgetter(*key.fields)
-            out = [h(dumps(get(r), option=opts), seed) for r in records]
+            out = [h(dumps(get(r), default=dflt, option=opts), seed) for r in records]
     except (KeyError, TypeError, IndexError) as e:
         raise _explain(records, key, e) from e
     return np.array(out, dtype=np.uint64) if out else np.empty(0, dtype=np.uint64)
@@ -152,7 +173,8 @@ def _explain(records: Sequence[Any], key: KeySpec | None, error: Exception) -> E
             what = "record" if key is None else f"key {str(key)!r} of the record"
             return TypeError(
                 f"cannot hash the {what} at index {i} of the batch ({e}): {_repr.repr(record)}."
-                " Keys must be JSON values (str, int, float, bool, None, list, dict with str keys);"
-                " convert other types (bytes, sets, datetimes, ...) in the transform."
+                " Keys must be JSON values (str, int, float, bool, None, list, dict with str keys),"
+                " dates/datetimes, bytes, Decimal, numpy arrays or torch tensors; convert other types"
+                " (sets, custom objects, ...) in the transform."
             )
     return error

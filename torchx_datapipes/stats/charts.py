@@ -56,6 +56,50 @@ def histogram_png(name: str, num: dict[str, Any]) -> bytes:
     return _png(fig)
 
 
+def value_bars_png(name: str, num: dict[str, Any]) -> bytes:
+    """One bar per distinct integer value (small-cardinality ints such as years or labels)."""
+    vc = num["value_counts"]
+    fig = _figure(5.6, 2.8)
+    fig.subplots_adjust(left=0.12, right=0.98, top=0.89, bottom=0.16)
+    ax = fig.add_subplot()
+    xs = range(len(vc))
+    ax.bar(xs, [v["count"] for v in vc], color=_BAR, width=0.8)
+    rotate = 45 if len(vc) > 12 or max(len(str(v["value"])) for v in vc) > 6 else 0
+    ax.set_xticks(xs, [str(v["value"]) for v in vc], fontsize=7, rotation=rotate, **_PLAIN)
+    ax.set_title(f"{_label(name, 50)} — one bar per value (exact)", fontsize=9, loc="left", **_PLAIN)
+    ax.set_ylabel("count", fontsize=8, **_PLAIN)
+    _style(ax)
+    return _png(fig)
+
+
+def time_histogram_png(name: str, section: dict[str, Any]) -> bytes:
+    """Histogram of dates/timestamps on a date axis (UTC)."""
+    import datetime as dt
+
+    from matplotlib import dates as mdates
+
+    hist = section["histogram"]
+    epoch = dt.datetime(1970, 1, 1)
+    edges = [mdates.date2num(epoch + dt.timedelta(seconds=e)) for e in hist["edges_epoch_s"]]
+    widths = [b - a for a, b in zip(edges[:-1], edges[1:], strict=True)]
+    if len(widths) == 1 and widths[0] == 0:
+        widths, edges = [1.0], [edges[0] - 0.5, edges[0] + 0.5]
+    fig = _figure(5.6, 2.8)
+    fig.subplots_adjust(left=0.12, right=0.98, top=0.89, bottom=0.2)
+    ax = fig.add_subplot()
+    ax.bar(
+        edges[:-1], hist["counts"], width=widths, align="edge", color=_BAR, edgecolor="white", linewidth=0.4
+    )
+    locator = mdates.AutoDateLocator()
+    ax.xaxis.set_major_locator(locator)
+    ax.xaxis.set_major_formatter(mdates.ConciseDateFormatter(locator))
+    note = "exact" if hist["exact"] else f"±{100 * hist['count_error']:.2g}% of n per bin"
+    ax.set_title(f"{_label(name, 50)} — time histogram, UTC ({note})", fontsize=9, loc="left", **_PLAIN)
+    ax.set_ylabel("count", fontsize=8, **_PLAIN)
+    _style(ax)
+    return _png(fig)
+
+
 def top_k_png(name: str, s: dict[str, Any]) -> bytes:
     """Horizontal bar chart of the most frequent strings, largest on top."""
     top = s["top"]

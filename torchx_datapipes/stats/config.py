@@ -33,6 +33,9 @@ class StatsConfig:
             many distinct values; beyond it, HLL and frequent-items sketches take over.
         frequent_lg_map_size: log2 of the frequent-items map; top-k counts stay exact while a
             field has fewer than 0.75 * 2**frequent_lg_map_size distinct values.
+        discrete_limit: a numeric section whose finite values are all integers with at most this
+            many distinct values (e.g. years, labels) also reports exact ``value_counts``, and the
+            report draws one bar per value instead of an equal-width histogram.
     """
 
     fields: tuple[str, ...] | None = None
@@ -43,6 +46,7 @@ class StatsConfig:
     hll_lg_k: int = 14
     exact_distinct_limit: int = 1000
     frequent_lg_map_size: int = 13
+    discrete_limit: int = 30
 
     def __post_init__(self) -> None:
         if self.fields is not None:
@@ -54,6 +58,7 @@ class StatsConfig:
         _check_range("hll_lg_k", self.hll_lg_k, 4, 21)
         _check_range("exact_distinct_limit", self.exact_distinct_limit, 0, 10_000_000)
         _check_range("frequent_lg_map_size", self.frequent_lg_map_size, 3, 24)
+        _check_range("discrete_limit", self.discrete_limit, 0, 10_000)
 
     @staticmethod
     def parse(
@@ -66,8 +71,8 @@ class StatsConfig:
         """Build a config from CLI strings such as ``"x,y,label"`` and ``"0.01,0.5,0.99"``.
 
         Empty or ``None`` strings mean the defaults. ``sizes`` may set ``kll_k``, ``hll_lg_k``,
-        ``exact_distinct_limit`` and ``frequent_lg_map_size``. Raises ``ValueError`` naming the
-        bad value and the accepted format.
+        ``exact_distinct_limit``, ``frequent_lg_map_size`` and ``discrete_limit``. Raises
+        ``ValueError`` naming the bad value and the accepted format.
         """
         unknown = sorted(set(sizes) - _SIZE_NAMES)
         if unknown:
@@ -96,7 +101,7 @@ class StatsConfig:
         return StatsConfig(**kw)
 
 
-_SIZE_NAMES = {"kll_k", "hll_lg_k", "exact_distinct_limit", "frequent_lg_map_size"}
+_SIZE_NAMES = {"kll_k", "hll_lg_k", "exact_distinct_limit", "frequent_lg_map_size", "discrete_limit"}
 
 
 def _parse_fields(value: str | None) -> tuple[str, ...] | None:

@@ -23,7 +23,8 @@ def render_markdown(doc: dict[str, Any]) -> str:
         lines.append("| " + " | ".join(cells) + " |")
     lines += [
         "",
-        "Numeric columns describe finite values (NaN/±inf are counted separately); std is the sample std.",
+        "Numeric columns describe finite values; NaN and null count as missing, ±inf separately;"
+        " std is the sample std. Dates and timestamps are UTC.",
         "≈ marks sketch estimates; see `docs/stats-schema.md` for the error bounds.",
         "",
     ]

@@ -14,6 +14,10 @@ from torchx_datapipes.stats import sketches
 from torchx_datapipes.stats.config import StatsConfig
 from torchx_datapipes.stats.moments import FloatArray, Moments
 
+# integer values spanning at most this range are counted with bincount (O(n), a 512 KiB array at
+# most) instead of np.unique (a sort): cheap for masks, labels, years and pixels of big tensors
+_BINCOUNT_SPAN = 1 << 16
+
 
 class NumericAcc:
     """Statistics of int and float values (bools are counted separately, not here)."""
@@ -27,6 +31,8 @@ class NumericAcc:
         self.zeros = 0
         self.moments = Moments()
         self.kll = sketches.new_kll(config.kll_k)
+        # exact counts of the finite values while they are all integers with few distinct values
+        self.values: dict[float, int] | None = {} if config.discrete_limit > 0 else None
 
     def update(self, values: FloatArray) -> None:
         """Add one batch as a float64 array; the sketch takes the whole array at once."""
@@ -46,6 +52,30 @@ class NumericAcc:
         self.zeros += int(finite.size - np.count_nonzero(finite))
         self.moments.update(finite)
         self.kll.update(finite)
+        if self.values is not None:
+            self._count_values(finite)
+
+    def _count_values(self, finite: FloatArray) -> None:
+        assert self.values is not None
+        if not np.array_equal(finite, np.floor(finite)):
+            self.values = None
+            return
+        lo, hi = float(finite.min()), float(finite.max())
+        if hi - lo <= _BINCOUNT_SPAN:  # O(n), no sort: cheap for masks, labels, years, pixels
+            counts = np.bincount((finite - lo).astype(np.int64))
+            nz = np.flatnonzero(counts)
+            self._add_values(zip((nz + lo).tolist(), counts[nz].tolist(), strict=True))
+            return
+        uniq, ucounts = np.unique(finite, return_counts=True)
+        self._add_values(zip(uniq.tolist(), ucounts.tolist(), strict=True))
+
+    def _add_values(self, pairs: Any) -> None:
+        values = self.values
+        assert values is not None
+        for v, c in pairs:
+            values[v] = values.get(v, 0) + int(c)
+        if len(values) > self.config.discrete_limit:
+            self.values = None
 
     def merge(self, other: NumericAcc) -> None:
         self.count += other.count
@@ -55,6 +85,11 @@ class NumericAcc:
         self.zeros += other.zeros
         self.moments.merge(other.moments)
         self.kll.merge(other.kll)
+        if self.values is not None:
+            if other.values is None:
+                self.values = None
+            else:
+                self._add_values(other.values.items())
 
     def state(self, blobs: sketches.Blobs) -> dict[str, Any]:
         return {
@@ -65,6 +100,7 @@ class NumericAcc:
             "zeros": self.zeros,
             "moments": self.moments.state(),
             "kll": blobs.put(self.kll.serialize()),
+            "values": None if self.values is None else sorted(self.values.items()),
         }
 
     @staticmethod
@@ -74,6 +110,8 @@ class NumericAcc:
         acc.zeros = d["zeros"]
         acc.moments = Moments.from_state(d["moments"])
         acc.kll = sketches.load_kll(blobs.get(d["kll"]))
+        values = d.get("values")
+        acc.values = None if values is None else {float(v): int(c) for v, c in values}
         return acc
 
     def result(self) -> dict[str, Any]:
@@ -86,9 +124,15 @@ class NumericAcc:
             "neg_inf": self.neg_inf,
             "zeros": self.zeros,
             **self.moments.result(),
+            "value_counts": self._value_counts(),
         }
         out.update(self._sketch_result())
         return out
+
+    def _value_counts(self) -> list[dict[str, Any]] | None:
+        if self.values is None or not self.values:
+            return None
+        return [{"value": int(v), "count": c} for v, c in sorted(self.values.items())]
 
     def _sketch_result(self) -> dict[str, Any]:
         exact = not self.kll.is_estimation_mode()

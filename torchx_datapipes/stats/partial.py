@@ -20,7 +20,7 @@ from torchx_datapipes.stats.config import StatsConfig
 from torchx_datapipes.stats.field import FieldAcc
 from torchx_datapipes.stats.sketches import Blobs
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 """Version of the ``stats.json`` layout documented in ``docs/stats-schema.md``."""
 
 VALUE_FIELD = "$value"

@@ -14,7 +14,7 @@ import fsspec
 from fsspec.core import url_to_fs
 
 from torchx_datapipes.stats.markdown import render_markdown
-from torchx_datapipes.stats.summary import COLUMNS, fmt, pct, rows, run_info, type_label
+from torchx_datapipes.stats.summary import COLUMNS, fmt, pct, rows, run_info, shape_text, type_label
 
 REPORT_HTML = "report.html"
 STATS_MD = "stats.md"
@@ -79,7 +79,8 @@ def render_html(doc: dict[str, Any]) -> str:
         f'<h1>Dataset statistics</h1><dl class="run">{run}</dl>'
         f'<h2>Summary</h2><div class="scroll">{_summary_table(doc)}</div>'
         f'<h2>Fields</h2><div class="fields">{cards}</div>'
-        "<footer>Numeric statistics describe finite values; NaN and ±inf are counted separately. "
+        "<footer>Numeric statistics describe finite values; NaN and null count as missing, ±inf "
+        "separately. Dates and timestamps are shown in UTC (naive ones as they are). "
         "≈ marks sketch estimates (KLL quantiles, HyperLogLog distinct counts, frequent-items top-k); "
         f"their error bounds are part of stats.json. Schema version {e(doc.get('schema_version', '–'))}."
         "</footer></main></body></html>\n"
@@ -103,6 +104,8 @@ def _field_card(name: str, f: dict[str, Any], records: int) -> str:
     kv = [("count", fmt(f["count"])), ("missing (absent or null)", pct(f["missing"], records))]
     if f.get("null"):
         kv.append(("null", fmt(f["null"])))
+    if f.get("nan"):
+        kv.append(("NaN (counted as missing)", fmt(f["nan"])))
     if len(f["types"]) > 1:
         kv.append(("types", ", ".join(f"{k} {fmt(n)}" for k, n in f["types"].items())))
     if f.get("bool"):
@@ -119,8 +122,11 @@ def _field_card(name: str, f: dict[str, Any], records: int) -> str:
         )
         el = f["list"]["elements"]
         kv.append(("elements", f"{fmt(el['count'])} ({type_label(el['types'])})"))
+        if f["list"].get("shapes"):
+            kv.append(("list shapes", _shapes(f["list"])))
         kv += _numeric_kv("elements ", el.get("numeric"))
         kv += _string_kv("elements ", el.get("string"))
+    kv += _typed_kv(f)
     table = "".join(f"<tr><td>{_esc(k)}</td><td>{_esc(v)}</td></tr>" for k, v in kv)
     imgs = "".join(_img(kind, label, png) for kind, label, png in _charts(name, f))
     return (
@@ -153,6 +159,44 @@ def _numeric_kv(prefix: str, num: dict[str, Any] | None) -> list[tuple[str, str]
     return out
 
 
+def _shapes(section: dict[str, Any]) -> str:
+    shown = ", ".join(f"{shape_text(s['shape'])} ({fmt(s['count'])})" for s in section["shapes"][:5])
+    more = section["distinct_shapes"]
+    total = f"{fmt(more)} distinct" if more is not None else "many distinct"
+    return f"{shown}; {total}"
+
+
+def _typed_kv(f: dict[str, Any]) -> list[tuple[str, str]]:
+    out: list[tuple[str, str]] = []
+    for kind in ("datetime", "date"):
+        t = f.get(kind)
+        if t:
+            out.append((f"{kind} min / median / max", f"{t['min']} / {t['median']} / {t['max']}"))
+            tz = t.get("timezone")
+            if tz and tz["aware"] and tz["naive"]:
+                out.append(("timezone", f"{fmt(tz['aware'])} aware (UTC), {fmt(tz['naive'])} naive"))
+    if f.get("bytes"):
+        length = f["bytes"]["length"]
+        out.append(
+            (
+                "bytes length min / mean / max",
+                f"{fmt(length['min'])} / {fmt(length['mean'])} / {fmt(length['max'])}",
+            )
+        )
+    t = f.get("tensor")
+    if t:
+        out.append(("tensor dtype", ", ".join(f"{k} {fmt(n)}" for k, n in t["dtypes"].items())))
+        out.append(("tensor shape", _shapes(t)))
+        out.append(
+            (
+                "tensor elements min / mean / max",
+                f"{fmt(t['numel']['min'])} / {fmt(t['numel']['mean'])} / {fmt(t['numel']['max'])}",
+            )
+        )
+        out += _numeric_kv("element ", t.get("elements"))
+    return out
+
+
 def _string_kv(prefix: str, s: dict[str, Any] | None) -> list[tuple[str, str]]:
     if not s:
         return []
@@ -173,14 +217,37 @@ def _charts(name: str, f: dict[str, Any]) -> list[tuple[str, str, bytes]]:
     from torchx_datapipes.stats import charts  # lazy: workers that only accumulate never import matplotlib
 
     out = []
-    for suffix, section in (("", f), ("[]", (f.get("list") or {}).get("elements") or {})):
+    tensor = f.get("tensor") or {}
+    sections: list[tuple[str, dict[str, Any]]] = [
+        ("", f),
+        ("[]", (f.get("list") or {}).get("elements") or {}),
+        (" (tensor elements)", {"numeric": tensor.get("elements")}),
+        (" (bytes length)", {"numeric": (f.get("bytes") or {}).get("length")}),
+    ]
+    for kind in ("datetime", "date"):
+        t = f.get(kind)
+        if t and t.get("histogram"):
+            if kind == "date" and t["epoch_s"].get("value_counts"):  # few distinct days: one bar each
+                days = {"value_counts": _day_counts(t["epoch_s"]["value_counts"])}
+                sections.append((" (per day)", {"numeric": days}))
+            else:
+                out.append((f"time-{name}", f"time histogram of {name}", charts.time_histogram_png(name, t)))
+    for suffix, section in sections:
         label = name + suffix
         num, s = section.get("numeric"), section.get("string")
-        if num and num.get("histogram"):
+        if num and num.get("value_counts"):
+            out.append((f"bars-{label}", f"value counts of {label}", charts.value_bars_png(label, num)))
+        elif num and num.get("histogram"):
             out.append((f"hist-{label}", f"histogram of {label}", charts.histogram_png(label, num)))
         if s and s.get("top"):
             out.append((f"topk-{label}", f"top values of {label}", charts.top_k_png(label, s)))
     return out
+
+
+def _day_counts(value_counts: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    from torchx_datapipes.stats.typed import iso
+
+    return [{"value": iso(float(v["value"]), date_only=True), "count": v["count"]} for v in value_counts]
 
 
 def _img(element_id: str, alt: str, png: bytes) -> str:

@@ -65,10 +65,28 @@ def pct(part: int, whole: int) -> str:
     return f"{fmt(part)} ({100 * part / whole:.1f}%)" if whole else fmt(part)
 
 
+def shape_text(shape: list[int]) -> str:
+    return "×".join(map(str, shape)) if shape else "scalar"
+
+
 def field_row(name: str, f: dict[str, Any], records: int) -> Row:
-    num = f.get("numeric") or {}
+    tensor = f.get("tensor") or {}
+    num = f.get("numeric") or tensor.get("elements") or {}
     s = f.get("string") or {}
+    time = f.get("datetime") or f.get("date") or {}
     distinct, top = "–", "–"
+    approx = "≈" if num and not num.get("quantiles_exact") else ""
+    lo, mid, hi = fmt(num.get("min")), approx + fmt(num.get("median")), fmt(num.get("max"))
+    if time and not num:
+        approx = "" if time["epoch_s"]["quantiles_exact"] else "≈"
+        lo, mid, hi = fmt(time["min"]), approx + fmt(time["median"]), fmt(time["max"])
+    if tensor and tensor.get("shapes"):
+        t = tensor["shapes"][0]
+        dtypes = "/".join(tensor["dtypes"])
+        top = f"{dtypes} {shape_text(t['shape'])} ({fmt(t['count'])})"
+    elif f.get("bytes"):
+        length = f["bytes"]["length"]
+        top = f"bytes, length {fmt(length['min'])}–{fmt(length['max'])}"
     if s:
         d = s["distinct"]
         distinct = fmt(d["value"]) if d["exact"] else f"≈{fmt(d['value'])}"
@@ -79,7 +97,7 @@ def field_row(name: str, f: dict[str, Any], records: int) -> Row:
                 top = f"none above the sketch error (±{fmt(s['top_max_error'])}); values near-unique"
             else:
                 top = f"{shorten(t['value'])} ({fmt(t['count'])}{err})"
-    elif f.get("bool"):
+    elif f.get("bool") and top == "–":
         top = f"true {fmt(f['bool']['true'])} · false {fmt(f['bool']['false'])}"
     return Row(
         (
@@ -89,9 +107,9 @@ def field_row(name: str, f: dict[str, Any], records: int) -> Row:
             pct(f["missing"], records),
             fmt(num.get("mean")),
             fmt(num.get("std_sample")),
-            fmt(num.get("min")),
-            ("≈" if num and not num.get("quantiles_exact") else "") + fmt(num.get("median")),
-            fmt(num.get("max")),
+            lo,
+            mid,
+            hi,
             distinct,
             top,
         )
