@@ -1,9 +1,9 @@
 """``stats`` and ``split`` on typed data (issue 10, section 4), in-process on real files.
 
 Typed records come from Parquet written by pyarrow (ints of several widths, floats with nulls
-and NaN, bools, dates, timestamps, binary, list<float32>, strings), from a typed CSV once the
-typed CSV reader exists (skipped until then), and from a ``--fn`` that returns datetimes, bytes,
-numpy arrays (non-contiguous too), torch tensors and nested lists.
+and NaN, bools, dates, timestamps, binary, list<float32>, strings), from a typed CSV, and from a
+``--fn`` that returns datetimes, bytes, numpy arrays (non-contiguous too), torch tensors and
+nested lists.
 """
 
 from __future__ import annotations
@@ -126,8 +126,7 @@ def test_stats_typed_csv_matches_pandas(tmp_path: Path) -> None:
     df0.to_csv(path, index=False, na_rep="NA")
     run_op("stats", str(path), tmp_path / "out")
     doc = stats_doc(tmp_path / "out")
-    if "string" in doc["fields"]["i32"]["types"]:
-        pytest.skip("the CSV reader on this branch yields strings; typed CSV input lands separately")
+    assert "string" not in doc["fields"]["i32"]["types"], doc["fields"]["i32"]["types"]
     assert_matches_pandas(doc, pd.read_csv(path))
 
 
@@ -293,8 +292,7 @@ def test_split_typed_csv_to_parquet_keeps_types(tmp_path: Path) -> None:
     run_op("split", str(path), out, "--fractions", "a=0.5,b=0.5", "--output_format", "parquet")
     got = [r for p in sorted(out.glob("*/part-*.parquet")) for r in pq.read_table(p).to_pylist()]
     assert len(got) == 200
-    if isinstance(got[0]["id"], str):
-        pytest.skip("the CSV reader on this branch yields strings; typed CSV input lands separately")
+    assert isinstance(got[0]["id"], int), got[0]
     by_id = {r["id"]: r for r in got}
     for k in range(200):
         r = by_id[k]
