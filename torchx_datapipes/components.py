@@ -67,7 +67,7 @@ def transform(
             commas; local, s3:// or any fsspec URL. .gz and .zst are decompressed.
         output: output directory (local or fsspec URL)
         format: input format: auto (by extension), jsonl, csv, text or parquet
-        output_format: jsonl or parquet
+        output_format: jsonl, parquet or webdataset (tar shards)
         num_workers: worker processes per rank
         batch_size: records per batch (the batch size of batched functions)
         on_error: raise (stop at the first bad record with file, line and traceback) or skip (write bad
@@ -151,7 +151,7 @@ def split(
         seed: changes the assignment; the same seed always gives the same split
         fn: optional transform applied before splitting (file.py:fn, pkg.module:fn or artifact URL)
         format: input format: auto (by extension), jsonl, csv, text or parquet
-        output_format: jsonl or parquet
+        output_format: jsonl, parquet or webdataset (tar shards)
         num_workers: worker processes per rank
         batch_size: records per batch
         on_error: raise (stop at the first bad record) or skip (write bad records to OUTPUT/_errors/)

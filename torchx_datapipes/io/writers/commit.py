@@ -1,0 +1,59 @@
+"""One Parquet schema for the whole job, settled at commit (rank 0, in the op's ``finalize``).
+
+Every unit's commit record holds its parts' Arrow schemas (``schemas``: rel path -> base64 of
+the serialized schema). At commit the schemas are unified in unit order (io/writers/arrow.py:
+permissive widening, tensor rules), so the result depends on the input alone, never on ``-j``.
+Each part whose schema differs is rewritten (atomically) with the unified schema, and its unit's
+commit record is rewritten with the part's new size and checksum and schema. A kill between the
+two leaves a part that does not match its record: the relaunch redoes that unit, then unifies
+again.
+"""
+
+import base64
+import io
+from typing import Any, Dict, List
+
+from torchx_datapipes.errors import DatapipesError
+from torchx_datapipes.io import manifest as mf
+from torchx_datapipes.io.checksum import write_summed
+from torchx_datapipes.io.fs import join, read_bytes
+
+
+def encode_schema(schema: bytes) -> str:
+    return base64.b64encode(schema).decode()
+
+
+def unify_parts(output: str, metas: List[Dict[str, Any]]) -> Dict[str, Any]:
+    """Rewrite the parts whose schema is not the job's; return a summary for the manifest."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from torchx_datapipes.io.writers.arrow import conform, unify
+
+    parts = [(m, rel, pa.ipc.read_schema(pa.py_buffer(base64.b64decode(s))))
+             for m in metas for rel, s in sorted(m.get("schemas", {}).items())]  # fmt: skip
+    if not parts:
+        return {}
+    try:
+        target = unify([s for _, _, s in parts])
+    except TypeError as e:
+        raise DatapipesError(
+            f"the Parquet parts of {output} cannot share one schema: {e}. Make your function return"
+            " one type per field (e.g. cast it), then relaunch"
+        ) from e
+    rewritten = 0
+    for m, rel, schema in parts:
+        if schema.equals(target):
+            continue
+        url = join(output, rel)
+        table = conform(pq.read_table(io.BytesIO(read_bytes(url))), target)
+        buf = io.BytesIO()
+        pq.write_table(table, buf)
+        fsum = write_summed(output, rel, buf.getvalue()).to_json()
+        m["files"] = [fsum if f["path"] == rel else f for f in m["files"]]
+        m["schemas"][rel] = encode_schema(target.serialize().to_pybytes())
+        mf.write_unit_meta(output, f"{int(m['unit']['index']):05d}", m)
+        rewritten += 1
+    return {
+        "parquet_schema": {"fields": [f"{f.name}: {f.type}" for f in target], "rewritten_parts": rewritten}
+    }
