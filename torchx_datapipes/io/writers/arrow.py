@@ -175,3 +175,32 @@ def conform(table: pa.Table, schema: pa.Schema) -> pa.Table:
         for f in schema
     ]
     return pa.Table.from_arrays(cols, schema=schema)
+
+
+def column_to_numpy(col: Any) -> Any:
+    """A tensor column read back: ``(N, *shape)`` ndarray for a fixed shape, a list of arrays for the
+    variable layout (None for null rows), the plain column's ndarray otherwise.
+
+    Zero-copy for fixed-shape numeric tensors without nulls (``torch.from_numpy`` of the result is
+    too); bool is bit-packed in Arrow, so it is unpacked (a copy). Arrow's own
+    ``to_numpy_ndarray()`` does the same for fixed-shape tensors, except bool.
+    """
+    arr = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
+    t = arr.type
+    if is_fixed_tensor(t):
+        values = arr.storage.flatten()
+        flat = values.to_numpy(zero_copy_only=not pa.types.is_boolean(t.value_type))
+        return flat.reshape(len(arr), *t.shape)
+    if is_variable_tensor(t):
+        dtype = t.field(0).type.value_type.to_pandas_dtype()
+        data, shape = arr.field("data"), arr.field("shape")
+        return [
+            None
+            if not arr[i].is_valid
+            else data[i]
+            .values.to_numpy(zero_copy_only=False)
+            .astype(dtype, copy=False)
+            .reshape(shape[i].as_py())
+            for i in range(len(arr))
+        ]
+    return arr.to_numpy(zero_copy_only=False)
