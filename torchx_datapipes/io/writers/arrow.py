@@ -96,7 +96,12 @@ def to_table(recs: Sequence[Any]) -> pa.Table:
     names: Dict[str, None] = {}
     for r in rows:
         names.update(dict.fromkeys(r))
-    cols = [to_column([r.get(k) for r in rows]) for k in names]
+    cols = []
+    for k in names:
+        try:
+            cols.append(to_column([r.get(k) for r in rows]))
+        except (pa.ArrowException, TypeError, ValueError, OverflowError) as e:
+            raise type(e)(f"field {k}: {e}") from e
     return pa.Table.from_arrays(cols, names=[str(k) for k in names])
 
 
