@@ -112,3 +112,38 @@ def test_split_parquet_parts_share_one_schema(tmp_path: Path, drifting: Path) ->
     schemas = [pq.read_schema(p) for p in parts]
     assert all(s.equals(schemas[0]) for s in schemas)
     assert ds.dataset([str(p) for p in parts], format="parquet").to_table().num_rows == 9
+
+
+def _drop_b(r: Dict[str, Any]) -> Any:
+    return r if r["id"] < 100 else None  # b.jsonl's part is empty
+
+
+def test_an_empty_part_gets_the_job_schema(tmp_path: Path, drifting: Path) -> None:
+    out = tmp_path / "o"
+    run_op("transform", str(drifting), out, "--output_format", "parquet", fn=_drop_b)
+    a, b = (pq.read_table(out / f"part-0000{k}.parquet") for k in (0, 1))
+    assert b.num_rows == 0 and a.schema.equals(b.schema) and "w" in b.schema.names
+    assert ds.dataset(str(out), format="parquet").to_table().num_rows == 5
+
+
+def _struct_in_b(r: Dict[str, Any]) -> Any:
+    return {"id": r["id"], "v": {"x": 1} if r["id"] >= 100 else 1}
+
+
+def test_types_arrow_cannot_widen_across_parts_stop_the_commit(tmp_path: Path, drifting: Path) -> None:
+    from torchx_datapipes.errors import DatapipesError
+
+    with pytest.raises(
+        DatapipesError, match=r"cannot share one schema: field v: int64 in some records, struct"
+    ):
+        run_op("transform", str(drifting), tmp_path / "o", "--output_format", "parquet", fn=_struct_in_b)
+    assert not (tmp_path / "o/_SUCCESS").exists()
+
+
+def test_arrow_widening_rules() -> None:
+    from torchx_datapipes.io.writers.arrow import unify
+
+    s = unify(
+        [pa.schema([("a", pa.int8()), ("b", pa.null())]), pa.schema([("a", pa.int16()), ("b", pa.string())])]
+    )
+    assert s.field("a").type == pa.int16() and s.field("b").type == pa.string()
