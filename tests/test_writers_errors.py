@@ -106,6 +106,10 @@ def test_parquet_type_conflict_in_a_batch_is_the_bad_record(tmp_path: Path, inp:
     )  # fmt: skip
     (err,) = _errors(tmp_path / "o")
     assert err["line"] == 7 and "field v" in err["error"] and m["records_out"] == 9
+    import pyarrow.parquet as pq
+
+    part = pq.ParquetFile(tmp_path / "o/part-00000.parquet")
+    assert part.num_row_groups == 1 and part.metadata.num_rows == 9  # no row group per retried record
 
 
 def test_split_skips_a_record_its_writer_refuses(tmp_path: Path) -> None:

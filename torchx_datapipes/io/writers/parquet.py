@@ -11,6 +11,7 @@ from typing import Any, List, Optional
 from torchx_datapipes.io.bigints import find_big_int
 from torchx_datapipes.io.writers.base import BasePart, Failures
 
+ROW_GROUP_ROWS = 1 << 17
 _PARQUET_HINT = "pyarrow is not installed: pip install 'torchx-datapipes[parquet]'"
 
 
@@ -82,7 +83,7 @@ class ParquetPart(BasePart):
 
         schema = self._schema if self._schema is not None else pa.schema([])
         with pq.ParquetWriter(self.fh, schema) as w:
-            for t in self.tables:
-                w.write_table(conform(t, schema))
+            if self.tables:  # one table (zero-copy chunks): single-record fallbacks make no tiny row groups
+                w.write_table(pa.concat_tables([conform(t, schema) for t in self.tables]), ROW_GROUP_ROWS)
         self.tables = []
         self.schema = schema.serialize().to_pybytes()
