@@ -118,3 +118,14 @@ def _keyed(r: Dict[str, Any]) -> Dict[str, Any]:
         "png": b"\x89PNG",
         "meta": {"n": i},
     }
+
+
+def test_split_writes_webdataset_shards_per_split(tmp_path: Path, inp: str) -> None:
+    wds = pytest.importorskip("webdataset")
+    out = tmp_path / "o"
+    fmt = ("--output_format", "webdataset")
+    m = run_op("split", inp, out, "--fractions", "a=0.5,b=0.5", "--key", "id", *fmt)
+    shards = sorted(out.glob("*/part-*.tar"))
+    assert [p.relative_to(out).as_posix() for p in shards] == ["a/part-00000.tar", "b/part-00000.tar"]
+    ids = sorted(int(s["id"]) for p in shards for s in wds.WebDataset(str(p), shardshuffle=False))
+    assert ids == list(range(N)) and sum(m["splits"].values()) == N
