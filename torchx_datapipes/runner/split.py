@@ -25,7 +25,7 @@ from torchx_datapipes.io.formats import UnitReader
 from torchx_datapipes.io.fs import fs_and_path, join, read_bytes
 from torchx_datapipes.io.units import Unit
 from torchx_datapipes.io.writers import PartWriter, encode_checked, part_name
-from torchx_datapipes.io.writers.commit import encode_schema, unify_parts
+from torchx_datapipes.io.writers.commit import encode_schema, main_meta_names, unify_parts
 from torchx_datapipes.runner.apply import Applier
 from torchx_datapipes.runner.badrecords import ErrorSink, OnError, RecordError
 from torchx_datapipes.runner.engine import Engine, RunConfig
@@ -294,7 +294,11 @@ class SplitOp:
         warnings = small_class_warnings(self.fractions, total, tuple(splits.values()), per_class)
         for w in warnings:
             print(f"warning: {w}", file=sys.stderr, flush=True)
-        unified = unify_parts(self.cfg.output, metas) if self.cfg.output_format == "parquet" else {}
+        unified = (
+            unify_parts(self.cfg.output, metas, main_meta_names(engine))
+            if self.cfg.output_format == "parquet"
+            else {}
+        )
         fs, root = fs_and_path(join(self.cfg.output, SIDE_DIR))
         if fs.exists(root):
             fs.rm(root, recursive=True)

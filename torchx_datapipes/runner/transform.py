@@ -6,7 +6,7 @@ from torchx_datapipes.io.formats import UnitReader
 from torchx_datapipes.io.fs import join
 from torchx_datapipes.io.units import Unit
 from torchx_datapipes.io.writers import PartWriter, encode_checked, part_name
-from torchx_datapipes.io.writers.commit import encode_schema, unify_parts
+from torchx_datapipes.io.writers.commit import encode_schema, main_meta_names, unify_parts
 from torchx_datapipes.runner.apply import Applier
 from torchx_datapipes.runner.badrecords import ErrorSink
 from torchx_datapipes.runner.memo import Memo, stats_delta, summarize
@@ -59,7 +59,11 @@ class TransformOp:
         return meta
 
     def finalize(self, engine: Any, metas: List[Dict[str, Any]]) -> Dict[str, Any]:
-        unified = unify_parts(self.output, metas) if self.output_format == "parquet" else {}
+        unified = (
+            unify_parts(self.output, metas, main_meta_names(engine))
+            if self.output_format == "parquet"
+            else {}
+        )
         return {
             **unified,
             "records_out": sum(m["records_out"] for m in metas),

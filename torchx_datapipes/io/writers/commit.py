@@ -11,7 +11,7 @@ again.
 
 import base64
 import io
-from typing import Any, Dict, List
+from typing import Any, Callable, Dict, List
 
 from torchx_datapipes.errors import DatapipesError
 from torchx_datapipes.io import manifest as mf
@@ -19,12 +19,23 @@ from torchx_datapipes.io.checksum import write_summed
 from torchx_datapipes.io.fs import join, read_bytes
 
 
+def main_meta_names(engine: Any) -> Callable[[Dict[str, Any]], str]:
+    """``meta -> name`` of the main pass's commit records, as the engine names them."""
+    names = {u.index: engine.meta_name(u, "main") for u in engine.units}
+    return lambda m: str(names[int(m["unit"]["index"])])
+
+
 def encode_schema(schema: bytes) -> str:
     return base64.b64encode(schema).decode()
 
 
-def unify_parts(output: str, metas: List[Dict[str, Any]]) -> Dict[str, Any]:
-    """Rewrite the parts whose schema is not the job's; return a summary for the manifest."""
+def unify_parts(
+    output: str, metas: List[Dict[str, Any]], meta_name: Callable[[Dict[str, Any]], str]
+) -> Dict[str, Any]:
+    """Rewrite the parts whose schema is not the job's; return a summary for the manifest.
+
+    ``meta_name(meta)`` is the name the unit's commit record is stored under (the engine's).
+    """
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -52,7 +63,7 @@ def unify_parts(output: str, metas: List[Dict[str, Any]]) -> Dict[str, Any]:
         fsum = write_summed(output, rel, buf.getvalue()).to_json()
         m["files"] = [fsum if f["path"] == rel else f for f in m["files"]]
         m["schemas"][rel] = encode_schema(target.serialize().to_pybytes())
-        mf.write_unit_meta(output, f"{int(m['unit']['index']):05d}", m)
+        mf.write_unit_meta(output, meta_name(m), m)
         rewritten += 1
     return {
         "parquet_schema": {"fields": [f"{f.name}: {f.type}" for f in target], "rewritten_parts": rewritten}
