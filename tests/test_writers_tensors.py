@@ -129,3 +129,36 @@ def test_split_writes_webdataset_shards_per_split(tmp_path: Path, inp: str) -> N
     assert [p.relative_to(out).as_posix() for p in shards] == ["a/part-00000.tar", "b/part-00000.tar"]
     ids = sorted(int(s["id"]) for p in shards for s in wds.WebDataset(str(p), shardshuffle=False))
     assert ids == list(range(N)) and sum(m["splits"].values()) == N
+
+
+def _nested(r: Dict[str, Any]) -> Dict[str, Any]:
+    i = r["id"]
+    return {
+        "id": i,
+        "meta": {"emb": torch.arange(3, dtype=torch.int16) + i},  # a 1-d tensor inside a dict
+        "img": None if i == 2 else torch.full((2, 2), i, dtype=torch.uint8),  # a null row
+        "bad": {"m": torch.ones(2, 2)} if i == 4 else None,  # a 2-d tensor inside a dict
+    }
+
+
+def test_parquet_nested_tensors_and_null_rows(tmp_path: Path, inp: str) -> None:
+    import json
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    out = tmp_path / "o"
+    m = run_op(
+        "transform", inp, out, "--output_format", "parquet", "--on_error", "skip",
+        "--max_error_rate", "1", fn=_nested,
+    )  # fmt: skip
+    (err,) = [json.loads(x) for x in (out / "_errors/part-00000.jsonl").read_text().splitlines()]
+    assert err["line"] == 5 and "field bad: value m is an array that is not 1-d" in err["error"]
+    assert m["records_out"] == N - 1
+    t = pq.read_table(out / "part-00000.parquet")
+    assert t.schema.field("meta").type == pa.struct([("emb", pa.list_(pa.int16()))])
+    assert t.column("meta").to_pylist()[1] == {"emb": [1, 2, 3]}
+    img = t.column("img")
+    assert img.null_count == 1 and img.is_null().to_pylist()[2]
+    got = column_to_numpy(img)
+    assert got.dtype == np.uint8 and got.shape == (N - 1, 2, 2) and (got[3] == 3).all()

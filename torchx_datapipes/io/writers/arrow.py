@@ -19,7 +19,7 @@ from typing import Any, Dict, List, Optional, Sequence
 import numpy as np
 import pyarrow as pa
 
-from torchx_datapipes.io.writers.values import as_array
+from torchx_datapipes.io.writers.values import as_array, find_value
 
 SHAPE_TYPE = pa.list_(pa.int32())
 
@@ -88,7 +88,28 @@ def to_column(values: List[Any]) -> pa.Array:
     arrays = [None if v is None else as_array(v) for v in values]
     if any(a is not None for a in arrays) and all(a is not None or v is None for a, v in zip(arrays, values)):
         return _array_column(arrays)
-    return pa.array(values)
+    try:
+        return pa.array(values)
+    except (pa.ArrowInvalid, pa.ArrowTypeError):
+        pass  # tensors nested in dicts or lists: as numpy (1-d ones become typed lists)
+    deep = [_deep_numpy(v) for v in values]
+    nested = find_value(deep, lambda x: isinstance(x, np.ndarray) and x.ndim != 1)
+    if nested:
+        where = nested.split("]", 1)[-1].lstrip(".") or "<value>"
+        raise TypeError(
+            f"value {where} is an array that is not 1-d, nested in a dict or list; Parquet keeps the"
+            " shape of tensors at the top level of a record only: make it a field of its own"
+        )
+    return pa.array(deep)
+
+
+def _deep_numpy(v: Any) -> Any:
+    if isinstance(v, dict):
+        return {k: _deep_numpy(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [_deep_numpy(x) for x in v]
+    arr = as_array(v)
+    return v if arr is None else arr
 
 
 def to_table(recs: Sequence[Any]) -> pa.Table:
@@ -184,7 +205,8 @@ def conform(table: pa.Table, schema: pa.Schema) -> pa.Table:
 
 def column_to_numpy(col: Any) -> Any:
     """A tensor column read back: ``(N, *shape)`` ndarray for a fixed shape, a list of arrays for the
-    variable layout (None for null rows), the plain column's ndarray otherwise.
+    variable layout (None for null rows), the plain column's ndarray otherwise. A null row of a
+    fixed-shape column reads as zeros (``col.is_null()`` tells which rows are null).
 
     Zero-copy for fixed-shape numeric tensors without nulls (``torch.from_numpy`` of the result is
     too); bool is bit-packed in Arrow, so it is unpacked (a copy). Arrow's own
@@ -193,7 +215,12 @@ def column_to_numpy(col: Any) -> Any:
     arr = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
     t = arr.type
     if is_fixed_tensor(t):
-        values = arr.storage.flatten()
+        size = t.storage_type.list_size
+        values = arr.storage.values.slice(arr.offset * size, len(arr) * size)
+        if values.null_count:  # a null row's slots (null after a Parquet round trip): zeros
+            values = values.fill_null(
+                pa.scalar(False if pa.types.is_boolean(values.type) else 0, values.type)
+            )
         flat = values.to_numpy(zero_copy_only=not pa.types.is_boolean(t.value_type))
         return flat.reshape(len(arr), *t.shape)
     if is_variable_tensor(t):
