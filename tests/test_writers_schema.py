@@ -147,3 +147,37 @@ def test_arrow_widening_rules() -> None:
         [pa.schema([("a", pa.int8()), ("b", pa.null())]), pa.schema([("a", pa.int16()), ("b", pa.string())])]
     )
     assert s.field("a").type == pa.int16() and s.field("b").type == pa.string()
+
+
+def _late_drift(r: Dict[str, Any]) -> Dict[str, Any]:
+    i = r["id"]
+    return {"id": i, "v": i + 0.5 if i >= 6 else i, **({"late": str(i)} if i == 9 else {})}
+
+
+@pytest.mark.parametrize("drift", [True, False])
+def test_row_groups_flushed_before_a_type_drift(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str], drift: bool
+) -> None:
+    from torchx_datapipes.io.writers import parquet
+
+    inp = write_jsonl(tmp_path / "in/a.jsonl", [{"id": i} for i in range(10)])
+    fn = _late_drift if drift else typed
+    args = ("--output_format", "parquet", "--batch_size", "2")
+    run_op("transform", str(inp), tmp_path / "whole", *args, fn=fn)
+    monkeypatch.setattr(parquet, "FLUSH_BYTES", 1)  # a row group per batch
+    out = tmp_path / "flushed"
+    run_op("transform", str(inp), out, *args, fn=fn)
+    whole, flushed = (
+        pq.read_table(tmp_path / "whole/part-00000.parquet"),
+        pq.read_table(out / "part-00000.parquet"),
+    )
+    assert flushed.schema.equals(whole.schema) and flushed.to_pylist() == whole.to_pylist()
+    if drift:
+        assert flushed.schema.field("v").type == pa.float64() and flushed.column("late").null_count == 9
+    else:
+        assert pq.ParquetFile(out / "part-00000.parquet").num_row_groups == 5
+    assert not list(out.rglob(".tmp-*"))
+    (out / "_SUCCESS").unlink()
+    capfd.readouterr()
+    run_op("transform", str(inp), out, *args, fn=fn)
+    assert "resumed: skipped 1 committed unit(s)" in capfd.readouterr().err

@@ -24,20 +24,23 @@ class BasePart:
     def __init__(self, url: str, key_prefix: Optional[str] = None) -> None:
         self.url = url
         self.fs, self.path = fs_and_path(url)
-        parent = os.path.dirname(self.path)
-        self.tmp = f"{parent}/.tmp-{uuid.uuid4().hex}-{os.path.basename(self.path)}"
-        base = os.path.basename(self.path)
-        self.key_prefix = key_prefix or base.split(".", 1)[0]
-        try:
-            self.fs.makedirs(parent, exist_ok=True)
-            raw = self.fs.open(self.tmp, "wb")
-        except OSError as e:
-            raise located(e, url) from e
-        self.fh = SummingFile(raw, url)
+        self.key_prefix = key_prefix or os.path.basename(self.path).split(".", 1)[0]
+        self.open_tmp()
         self.records = 0  # records written
         self.offered = 0  # records passed to write(), written or not (WebDataset keys count these)
         self.committed = False
         self.schema: Optional[bytes] = None  # the part's Arrow schema, serialized (Parquet only)
+
+    def open_tmp(self) -> None:
+        """Start (or start again) the temporary file the part is written to."""
+        parent = os.path.dirname(self.path)
+        self.tmp = f"{parent}/.tmp-{uuid.uuid4().hex}-{os.path.basename(self.path)}"
+        try:
+            self.fs.makedirs(parent, exist_ok=True)
+            raw = self.fs.open(self.tmp, "wb")
+        except OSError as e:
+            raise located(e, self.url) from e
+        self.fh = SummingFile(raw, self.url)
 
     def write(self, recs: List[Any]) -> Failures:
         if not recs:
