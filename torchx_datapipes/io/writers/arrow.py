@@ -196,10 +196,16 @@ def _cast(col: pa.ChunkedArray, target: pa.DataType) -> Any:
 def conform(table: pa.Table, schema: pa.Schema) -> pa.Table:
     """``table`` with exactly ``schema``'s fields and types (missing fields are null)."""
     n = table.num_rows
-    cols = [
-        _cast(table.column(f.name), f.type) if f.name in table.column_names else pa.nulls(n, f.type)
-        for f in schema
-    ]
+    cols = []
+    for f in schema:
+        if f.name not in table.column_names:
+            cols.append(pa.nulls(n, f.type))
+            continue
+        col = table.column(f.name)
+        try:
+            cols.append(_cast(col, f.type))
+        except (pa.ArrowException, ValueError) as e:
+            raise TypeError(f"field {f.name}: cannot cast {col.type} to {f.type}: {e}") from e
     return pa.Table.from_arrays(cols, schema=schema)
 
 

@@ -57,7 +57,13 @@ def unify_parts(
         if schema.equals(target):
             continue
         url = join(output, rel)
-        table = conform(pq.read_table(io.BytesIO(read_bytes(url))), target)
+        try:
+            table = conform(pq.read_table(io.BytesIO(read_bytes(url))), target)
+        except TypeError as e:
+            raise DatapipesError(
+                f"{url} cannot take the job's Parquet schema: {e}. Make your function return one type"
+                " per field, then relaunch"
+            ) from e
         buf = io.BytesIO()
         pq.write_table(table, buf)
         fsum = write_summed(output, rel, buf.getvalue()).to_json()

@@ -8,6 +8,7 @@ The part's schema is kept (``schema``, serialized) for the job-wide unification 
 
 from typing import Any, List, Optional
 
+from torchx_datapipes.errors import DatapipesError
 from torchx_datapipes.io.bigints import find_big_int
 from torchx_datapipes.io.writers.base import BasePart, Failures
 
@@ -95,7 +96,7 @@ class ParquetPart(BasePart):
             self._add(table, schema)
         return bad
 
-    def _flush(self) -> None:
+    def _flush(self) -> None:  # raises TypeError (by field) if a buffered table does not cast
         """Write the buffered tables as row groups with the current schema."""
         pa = _pa()
         import pyarrow.parquet as pq
@@ -111,6 +112,15 @@ class ParquetPart(BasePart):
         self.tables, self._buffered = [], 0
 
     def _finish(self) -> None:
+        try:
+            self._finish_part()
+        except TypeError as e:
+            raise DatapipesError(
+                f"{self.url}: cannot write the part with the schema of its records: {e}. Make your"
+                " function return one type per field"
+            ) from e
+
+    def _finish_part(self) -> None:
         if self._written is not None and not self._written.equals(self._schema):
             self._restart()  # the schema widened after a row group was written
         self._flush()
