@@ -181,3 +181,14 @@ def test_row_groups_flushed_before_a_type_drift(
     capfd.readouterr()
     run_op("transform", str(inp), out, *args, fn=fn)
     assert "resumed: skipped 1 committed unit(s)" in capfd.readouterr().err
+
+
+def test_a_value_the_widened_type_cannot_hold_names_part_and_field(tmp_path: Path) -> None:
+    from torchx_datapipes.errors import DatapipesError
+    from torchx_datapipes.io.writers import PartWriter
+
+    w = PartWriter(str(tmp_path / "part-00000.parquet"), "parquet")
+    assert w.write([{"a": 1}]) == [] and w.write([{"a": np.uint64(2**64 - 1)}]) == []
+    with pytest.raises(DatapipesError, match=r"part-00000\.parquet: .*field a: cannot cast uint64 to int64"):
+        w.commit()
+    assert not list(tmp_path.iterdir())
