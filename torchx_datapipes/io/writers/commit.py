@@ -40,6 +40,7 @@ def unify_parts(
     import pyarrow.parquet as pq
 
     from torchx_datapipes.io.writers.arrow import conform, unify
+    from torchx_datapipes.io.writers.parquet import ROW_GROUP_ROWS
 
     parts = [(m, rel, pa.ipc.read_schema(pa.py_buffer(base64.b64decode(s))))
              for m in metas for rel, s in sorted(m.get("schemas", {}).items())]  # fmt: skip
@@ -65,12 +66,14 @@ def unify_parts(
                 " per field, then relaunch"
             ) from e
         buf = io.BytesIO()
-        pq.write_table(table, buf)
+        pq.write_table(table, buf, row_group_size=ROW_GROUP_ROWS)
         fsum = write_summed(output, rel, buf.getvalue()).to_json()
         m["files"] = [fsum if f["path"] == rel else f for f in m["files"]]
         m["schemas"][rel] = encode_schema(target.serialize().to_pybytes())
         mf.write_unit_meta(output, meta_name(m), m)
         rewritten += 1
+    for m in metas:  # the commit records on disk keep them; the manifest's unit summaries need not
+        m.pop("schemas", None)
     return {
         "parquet_schema": {"fields": [f"{f.name}: {f.type}" for f in target], "rewritten_parts": rewritten}
     }
