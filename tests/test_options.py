@@ -81,7 +81,7 @@ def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 BAD = [
     ("transform", "on_error", "ignore", ["raise, skip", "'ignore'"]),
-    ("transform", "output_format", "csv", ["jsonl, parquet", "'csv'"]),
+    ("transform", "output_format", "csv", ["jsonl, parquet, webdataset", "'csv'"]),
     ("transform", "format", "xml", ["auto, csv, files, json, jsonl, parquet, text, webdataset", "'xml'"]),
     ("transform", "overwrite", "maybe", ["true, false, 1, 0, yes, no", "'maybe'"]),
     ("transform", "num_workers", 0, [">= 1", "got 0"]),
@@ -152,7 +152,7 @@ def test_unknown_component_argument_is_refused() -> None:
 
 CLI_BAD = [
     (["--on_error", "ignore"], "--on_error must be one of raise, skip; got 'ignore'"),
-    (["--output_format", "csv"], "--output_format must be one of jsonl, parquet; got 'csv'"),
+    (["--output_format", "csv"], "--output_format must be one of jsonl, parquet, webdataset; got 'csv'"),
     (
         ["--overwrite", "maybe"],
         "--overwrite: expected one of true, false, 1, 0, yes, no (any case); got 'maybe'",

@@ -80,7 +80,7 @@ def transform(
         output: output directory (local or fsspec URL)
         format: input format: auto (by extension; an unknown extension is refused), jsonl, json, csv, text,
             parquet, files (one record per file: images, audio, any blob) or webdataset (tar shards)
-        output_format: jsonl or parquet
+        output_format: jsonl, parquet or webdataset (tar shards)
         schema: CSV column types overriding inference, e.g. 'id:int,name:str' (int, float, bool, str, date,
             timestamp)
         na_values: CSV cells read as null, comma-separated (default: pandas' list: '', NA, N/A, null, NaN,
@@ -176,7 +176,7 @@ def split(
         fn: optional transform applied before splitting (file.py:fn, pkg.module:fn or artifact URL)
         format: input format: auto (by extension; an unknown extension is refused), jsonl, json, csv, text,
             parquet, files (one record per file: images, audio, any blob) or webdataset (tar shards)
-        output_format: jsonl or parquet
+        output_format: jsonl, parquet or webdataset (tar shards)
         schema: CSV column types overriding inference, e.g. 'id:int,name:str' (int, float, bool, str, date,
             timestamp)
         na_values: CSV cells read as null, comma-separated (default: pandas' list: '', NA, N/A, null, NaN,

@@ -68,7 +68,15 @@ def _data(
     batch_size: int, batch_help: str, on_error_help: str, output_format: bool = True
 ) -> Tuple[Option, ...]:
     fmt = (
-        (Option("output_format", "str", "jsonl", "jsonl or parquet", choices=c.OUTPUT_FORMATS),)
+        (
+            Option(
+                "output_format",
+                "str",
+                "jsonl",
+                "jsonl, parquet or webdataset (tar shards)",
+                choices=c.OUTPUT_FORMATS,
+            ),
+        )
         if output_format
         else ()
     )

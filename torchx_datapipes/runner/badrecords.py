@@ -87,7 +87,7 @@ class ErrorSink:
             self._bad_unit(b)
 
     def record_failed(self, line: int, rec: Any, e: BaseException, stage: str = "transform") -> None:
-        tb = user_traceback(e)
+        tb = None if stage == "serialize" else user_traceback(e)  # a writer's refusal: no user code ran
         raw = _dump(rec)
         self._add(BadRecord(line, f"{type(e).__name__}: {e}", raw, stage), tb)
 
@@ -95,6 +95,8 @@ class ErrorSink:
         line = self.reader.absolute(b.line)
         if self.policy is OnError.RAISE:
             what = "cannot parse record" if b.stage == "parse" else f"{self.fn_name} raised {b.error}"
+            if b.stage == "serialize":
+                what = f"cannot write the output record: {b.error}"
             msg = f"{self.path}, line {line}: {what}"
             if b.stage == "parse":
                 msg += f": {b.error}"

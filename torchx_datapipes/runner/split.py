@@ -26,6 +26,7 @@ from torchx_datapipes.io.fs import fs_and_path, join, read_bytes
 from torchx_datapipes.io.layout import ERRORS_DIR
 from torchx_datapipes.io.units import Unit
 from torchx_datapipes.io.writers import PartWriter, encode_checked, part_name
+from torchx_datapipes.io.writers.commit import encode_schema, main_meta_names, unify_parts
 from torchx_datapipes.runner.apply import Applier
 from torchx_datapipes.runner.badrecords import ErrorSink, OnError, RecordError
 from torchx_datapipes.runner.context import PassContext
@@ -133,7 +134,7 @@ class SplitOp:
     def split_unit(self, unit: Unit, reader: UnitReader, sink: ErrorSink) -> dict[str, Any]:
         names, fmt = self.fractions.names, self.cfg.output_format
         rels = [part_name(unit.index, fmt, prefix=s) for s in names]
-        writers = [PartWriter(join(self.cfg.output, r), fmt) for r in rels]
+        writers = [PartWriter(join(self.cfg.output, r), fmt, key_prefix=unit.name) for r in rels]
         per_class: Counter[tuple[int, str]] = Counter()
         stream, applier = self._stream(reader, sink)
         start = 0
@@ -160,6 +161,9 @@ class SplitOp:
             "outputs": rels,
             "files": [w.file_sum(r) for w, r in zip(writers, rels)],
         }
+        schemas = {r: encode_schema(w.schema) for w, r in zip(writers, rels) if w.schema is not None}
+        if schemas:
+            meta["schemas"] = schemas
         if self.stratify:
             table: dict[str, dict[str, int]] = {}
             for (s, c), k in sorted(per_class.items(), key=lambda x: (x[0][1], x[0][0])):
@@ -258,20 +262,23 @@ class SplitOp:
         sink: ErrorSink,
     ) -> None:
         items: list[Any] = recs
-        if self.cfg.output_format == "jsonl":
+        if self.cfg.output_format == "jsonl":  # encode once, then route the lines
             items, bad = encode_checked(recs)
             for i, err in bad:
                 sink.record_failed(lines[i], recs[i], TypeError(err), stage="serialize")
             drop = {i for i, _ in bad}
             ids = [s for i, s in enumerate(ids) if i not in drop] if drop else ids
         buckets: list[list[Any]] = [[] for _ in writers]
-        for item, s in zip(items, ids):
+        where: list[list[int]] = [[] for _ in writers]  # bucket position -> index in recs
+        for j, (item, s) in enumerate(zip(items, ids)):
             buckets[s].append(item)
-        for w, b in zip(writers, buckets):
+            where[s].append(j)
+        for w, b, idx in zip(writers, buckets, where):
             if self.cfg.output_format == "jsonl":
                 w.write_encoded(b)
-            else:
-                w.write(b)
+                continue
+            for i, err in w.write(b):
+                sink.record_failed(lines[idx[i]], recs[idx[i]], TypeError(err), stage="serialize")
 
     # -- commit ---------------------------------------------------------------------------
     def finalize(self, ctx: PassContext, metas: list[dict[str, Any]]) -> dict[str, Any]:
@@ -289,11 +296,16 @@ class SplitOp:
         warnings = small_class_warnings(self.fractions, total, tuple(splits.values()), per_class)
         for w in warnings:
             print(f"warning: {w}", file=sys.stderr, flush=True)
+        unified = (
+            unify_parts(self.cfg.output, metas, main_meta_names(ctx.units))
+            if self.cfg.output_format == "parquet"
+            else {}
+        )
         fs, root = fs_and_path(join(self.cfg.output, SIDE_DIR))
         if fs.exists(root):
             fs.rm(root, recursive=True)
         out: dict[str, Any] = {
-            "records_out": total, "filtered": sum(int(m.get("filtered", 0)) for m in metas),
+            **unified, "records_out": total, "filtered": sum(int(m.get("filtered", 0)) for m in metas),
             "splits": splits, "fractions": self.fractions.as_dict(), "method": self.method, "seed": self.seed,
             "key": list(self.key.fields) if self.key else None, "stratify": self.stratify,
             "warnings": warnings, "output": self.cfg.output,

@@ -1,0 +1,244 @@
+"""Records to Arrow columns, and one schema for many parts (see docs/tensors.md for the layout).
+
+- scalars keep their width: numpy ``int8``/``float32``/... scalars stay int8/float32, Python
+  ints are int64, floats double; ``Decimal`` is decimal128, ``datetime`` timestamp[us], ``date``
+  date32, ``bytes`` binary;
+- a column whose values are arrays/tensors of one shape is ``arrow.fixed_shape_tensor`` of their
+  dtype (0-d ones: a plain column of the dtype);
+- arrays of different shapes are the variable layout ``struct<data: list<T>, shape: list<int32>>``
+  (row-major ``data``);
+- a field missing from some records is null there (every record's keys count, not the first's).
+
+:func:`unify` merges schemas with Arrow's permissive widening (int + float -> double, null + string
+-> string) plus the tensor rules (fixed shapes that differ -> variable layout); :func:`conform`
+casts a table to the unified schema.
+"""
+
+from typing import Any, Dict, List, Optional, Sequence
+
+import numpy as np
+import pyarrow as pa
+
+from torchx_datapipes.io.writers.values import as_array, find_value
+
+SHAPE_TYPE = pa.list_(pa.int32())
+
+
+def variable_tensor_type(value_type: pa.DataType) -> pa.DataType:
+    return pa.struct([("data", pa.list_(value_type)), ("shape", SHAPE_TYPE)])
+
+
+def is_fixed_tensor(t: pa.DataType) -> bool:
+    return isinstance(t, pa.FixedShapeTensorType)
+
+
+def is_variable_tensor(t: pa.DataType) -> bool:
+    return (
+        pa.types.is_struct(t)
+        and t.num_fields == 2
+        and t.field(0).name == "data"
+        and t.field(1).name == "shape"
+        and pa.types.is_list(t.field(0).type)
+        and t.field(1).type == SHAPE_TYPE
+    )
+
+
+def tensor_value_type(t: pa.DataType) -> Optional[pa.DataType]:
+    if is_fixed_tensor(t):
+        return t.value_type
+    if is_variable_tensor(t):
+        return t.field(0).type.value_type
+    return None
+
+
+def _array_column(arrays: List[Optional[np.ndarray]]) -> pa.Array:
+    present = [a for a in arrays if a is not None]
+    dtype = np.result_type(*[a.dtype for a in present])
+    if dtype.kind not in "biuf":
+        raise TypeError(f"arrays of dtype {dtype} cannot be written as tensors; use a numeric or bool dtype")
+    shapes = {a.shape for a in present}
+    mask = np.array([a is None for a in arrays])
+    if len(shapes) == 1:
+        shape = present[0].shape
+        filler = np.zeros(shape, dtype)
+        stacked = np.stack([filler if a is None else a.astype(dtype, copy=False) for a in arrays])
+        if not shape:  # 0-d: a plain column of the dtype
+            return pa.array(stacked, mask=mask if mask.any() else None)
+        size = int(np.prod(shape))
+        flat = pa.array(stacked.reshape(-1))
+        storage = pa.FixedSizeListArray.from_arrays(flat, size, mask=pa.array(mask) if mask.any() else None)
+        return pa.ExtensionArray.from_storage(pa.fixed_shape_tensor(flat.type, list(shape)), storage)
+    return _variable(arrays, dtype, mask)
+
+
+def _variable(arrays: Sequence[Optional[np.ndarray]], dtype: np.dtype, mask: np.ndarray) -> pa.Array:
+    empty = np.empty(0, dtype)
+    flat = np.concatenate(
+        [empty, *[np.ascontiguousarray(a, dtype).reshape(-1) for a in arrays if a is not None]]
+    )
+    sizes = np.array([0 if a is None else a.size for a in arrays], dtype=np.int64)
+    offsets = pa.array(np.concatenate([[0], np.cumsum(sizes)]).astype(np.int32))
+    data = pa.ListArray.from_arrays(offsets, pa.array(flat))
+    shape = pa.array([None if a is None else list(a.shape) for a in arrays], type=SHAPE_TYPE)
+    t = variable_tensor_type(data.type.value_type)
+    return pa.StructArray.from_arrays([data, shape], fields=list(t), mask=pa.array(mask))
+
+
+def to_column(values: List[Any]) -> pa.Array:
+    arrays = [None if v is None else as_array(v) for v in values]
+    if any(a is not None for a in arrays) and all(a is not None or v is None for a, v in zip(arrays, values)):
+        return _array_column(arrays)
+    try:
+        return pa.array(values)
+    except (pa.ArrowInvalid, pa.ArrowTypeError):
+        pass  # tensors nested in dicts or lists: as numpy (1-d ones become typed lists)
+    deep = [_deep_numpy(v) for v in values]
+    nested = find_value(deep, lambda x: isinstance(x, np.ndarray) and x.ndim != 1)
+    if nested:
+        where = nested.split("]", 1)[-1].lstrip(".") or "<value>"
+        raise TypeError(
+            f"value {where} is an array that is not 1-d, nested in a dict or list; Parquet keeps the"
+            " shape of tensors at the top level of a record only: make it a field of its own"
+        )
+    return pa.array(deep)
+
+
+def _deep_numpy(v: Any) -> Any:
+    if isinstance(v, dict):
+        return {k: _deep_numpy(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [_deep_numpy(x) for x in v]
+    arr = as_array(v)
+    return v if arr is None else arr
+
+
+def to_table(recs: Sequence[Any]) -> pa.Table:
+    rows = [r if isinstance(r, dict) else {"value": r} for r in recs]
+    names: Dict[str, None] = {}
+    for r in rows:
+        names.update(dict.fromkeys(r))
+    cols = []
+    for k in names:
+        try:
+            cols.append(to_column([r.get(k) for r in rows]))
+        except (pa.ArrowException, TypeError, ValueError, OverflowError) as e:
+            raise type(e)(f"field {k}: {e}") from e
+    return pa.Table.from_arrays(cols, names=[str(k) for k in names])
+
+
+def merge_types(a: pa.DataType, b: pa.DataType, name: str) -> pa.DataType:
+    if a == b:
+        return a
+    if pa.types.is_null(a):
+        return b
+    if pa.types.is_null(b):
+        return a
+    va, vb = tensor_value_type(a), tensor_value_type(b)
+    if va is not None or vb is not None:
+        if va is None or vb is None:
+            raise TypeError(
+                f"field {name}: a tensor ({a if va else b}) in some records, {b if va else a} in others"
+            )
+        value = merge_types(va, vb, f"{name} (tensor values)")
+        if is_fixed_tensor(a) and is_fixed_tensor(b) and a.shape == b.shape:
+            return pa.fixed_shape_tensor(value, a.shape)
+        return variable_tensor_type(value)
+    try:
+        schema = pa.unify_schemas(
+            [pa.schema([(name, a)]), pa.schema([(name, b)])], promote_options="permissive"
+        )
+    except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError) as e:
+        raise TypeError(
+            f"field {name}: {a} in some records, {b} in others, and Arrow cannot widen one to the other ({e})"
+        ) from e
+    return schema.field(name).type
+
+
+def unify(schemas: Sequence[pa.Schema]) -> pa.Schema:
+    """One schema for ``schemas``: every field of any (in order of first appearance), types widened."""
+    types: Dict[str, pa.DataType] = {}
+    for s in schemas:
+        for f in s:
+            types[f.name] = merge_types(types[f.name], f.type, f.name) if f.name in types else f.type
+    return pa.schema([(n, t) for n, t in types.items()])
+
+
+def _to_variable(col: pa.ChunkedArray, target: pa.DataType) -> pa.Array:
+    dtype = target.field(0).type.value_type.to_pandas_dtype()
+    src = col.type
+    arr = col.combine_chunks()
+    if is_fixed_tensor(src):
+        nd = arr.to_numpy_ndarray() if len(arr) else np.empty((0, *src.shape))
+        valid = np.asarray(arr.storage.is_valid())
+        arrays = [nd[i] if valid[i] else None for i in range(len(arr))]
+    else:
+        arrays = [None if x is None else np.asarray(x["data"]).reshape(x["shape"]) for x in arr.to_pylist()]
+    mask = np.array([a is None for a in arrays], dtype=bool)
+    return _variable(arrays, np.dtype(dtype), mask)
+
+
+def _cast(col: pa.ChunkedArray, target: pa.DataType) -> Any:
+    src = col.type
+    if src == target:
+        return col
+    if pa.types.is_null(src):
+        return pa.nulls(len(col), target)
+    if is_variable_tensor(target):
+        return _to_variable(col, target)
+    if is_fixed_tensor(target):
+        chunks = [
+            pa.ExtensionArray.from_storage(target, c.storage.cast(target.storage_type)) for c in col.chunks
+        ]
+        return pa.chunked_array(chunks, type=target)
+    return col.cast(target)
+
+
+def conform(table: pa.Table, schema: pa.Schema) -> pa.Table:
+    """``table`` with exactly ``schema``'s fields and types (missing fields are null)."""
+    n = table.num_rows
+    cols = []
+    for f in schema:
+        if f.name not in table.column_names:
+            cols.append(pa.nulls(n, f.type))
+            continue
+        col = table.column(f.name)
+        try:
+            cols.append(_cast(col, f.type))
+        except (pa.ArrowException, ValueError) as e:
+            raise TypeError(f"field {f.name}: cannot cast {col.type} to {f.type}: {e}") from e
+    return pa.Table.from_arrays(cols, schema=schema)
+
+
+def column_to_numpy(col: Any) -> Any:
+    """A tensor column read back: ``(N, *shape)`` ndarray for a fixed shape, a list of arrays for the
+    variable layout (None for null rows), the plain column's ndarray otherwise. A null row of a
+    fixed-shape column reads as zeros (``col.is_null()`` tells which rows are null).
+
+    Zero-copy for fixed-shape numeric tensors without nulls (``torch.from_numpy`` of the result is
+    too); bool is bit-packed in Arrow, so it is unpacked (a copy). Arrow's own
+    ``to_numpy_ndarray()`` does the same for fixed-shape tensors, except bool.
+    """
+    arr = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
+    t = arr.type
+    if is_fixed_tensor(t):
+        size = t.storage_type.list_size
+        values = arr.storage.values.slice(arr.offset * size, len(arr) * size)
+        if values.null_count:  # a null row's slots (null after a Parquet round trip): zeros
+            values = values.fill_null(
+                pa.scalar(False if pa.types.is_boolean(values.type) else 0, values.type)
+            )
+        flat = values.to_numpy(zero_copy_only=not pa.types.is_boolean(t.value_type))
+        return flat.reshape(len(arr), *t.shape)
+    if is_variable_tensor(t):
+        dtype = t.field(0).type.value_type.to_pandas_dtype()
+        data, shape = arr.field("data"), arr.field("shape")
+        return [
+            None
+            if not arr[i].is_valid
+            else data[i]
+            .values.to_numpy(zero_copy_only=False)
+            .astype(dtype, copy=False)
+            .reshape(shape[i].as_py())
+            for i in range(len(arr))
+        ]
+    return arr.to_numpy(zero_copy_only=False)

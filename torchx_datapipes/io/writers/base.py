@@ -1,0 +1,95 @@
+"""The part file every writer writes: a temporary name, renamed into place on commit, hashed as written.
+
+A reader that trusts only committed names never sees a half-written part. A writer's
+``write(records)`` returns ``(index, message)`` for each record it could not serialize (the
+caller maps the index to the input line and applies ``--on_error``); it never raises a bare
+library error for a record.
+"""
+
+import os
+from typing import Any, List, Optional, Tuple
+
+from torchx_datapipes.io.checksum import FileSum, SummingFile, located
+from torchx_datapipes.io.fs import fs_and_path
+from torchx_datapipes.io.layout import tmp_beside
+
+Failures = List[Tuple[int, str]]
+
+
+class BasePart:
+    """One part file being written; subclasses implement :meth:`_write` and :meth:`_finish`."""
+
+    ext = ""
+
+    def __init__(self, url: str, key_prefix: Optional[str] = None) -> None:
+        self.url = url
+        self.fs, self.path = fs_and_path(url)
+        self.key_prefix = key_prefix or os.path.basename(self.path).split(".", 1)[0]
+        self.open_tmp()
+        self.records = 0  # records written
+        self.offered = 0  # records passed to write(), written or not (WebDataset keys count these)
+        self.committed = False
+        self.schema: Optional[bytes] = None  # the part's Arrow schema, serialized (Parquet only)
+
+    def open_tmp(self) -> None:
+        """Start (or start again) the temporary file the part is written to."""
+        parent = os.path.dirname(self.path)
+        self.tmp = tmp_beside(self.path)
+        try:
+            self.fs.makedirs(parent, exist_ok=True)
+            raw = self.fs.open(self.tmp, "wb")
+        except OSError as e:
+            raise located(e, self.url) from e
+        self.fh = SummingFile(raw, self.url)
+
+    def write(self, recs: List[Any]) -> Failures:
+        if not recs:
+            return []
+        bad = self._write(recs)
+        self.offered += len(recs)
+        self.records += len(recs) - len(bad)
+        return bad
+
+    def _write(self, recs: List[Any]) -> Failures:
+        raise NotImplementedError
+
+    def _finish(self) -> None:
+        """Write what is buffered and any footer to ``self.fh`` (before it is closed)."""
+
+    def commit(self) -> None:
+        try:
+            self._finish()
+            self.fh.close()
+            self.fs.mv(self.tmp, self.path)
+        except OSError as e:
+            self.abort()
+            if self.url in str(e):
+                raise
+            raise located(e, self.url) from e
+        except BaseException:
+            self.abort()
+            raise
+        self.committed = True
+
+    def file_sum(self, rel: str) -> FileSum:
+        """The committed part's size and checksum, recorded under ``rel`` (relative to the output)."""
+        if not self.committed:
+            raise RuntimeError(f"{self.url} is not committed")
+        return FileSum(rel, self.fh.size, self.fh.hexdigest())
+
+    def abort(self) -> None:
+        try:
+            if not self.fh.closed:
+                self.fh.close()
+        except OSError:
+            pass  # the part is being thrown away; the caller's error is the one to report
+        finally:
+            try:
+                if self.fs.exists(self.tmp):
+                    self.fs.rm(self.tmp)
+            except OSError:
+                pass
+
+
+def field_path(path: str, key: Any) -> str:
+    return f"{path}.{key}" if path else str(key)

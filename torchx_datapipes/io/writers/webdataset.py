@@ -1,0 +1,107 @@
+"""WebDataset output: one tar shard per part, members ``<key>.<field>[.<ext>]`` (WebDataset naming).
+
+- ``bytes`` values: written as they are, ``<key>.<field>`` (name the field by its extension:
+  ``{"png": b"..."}`` gives ``<key>.png``);
+- arrays and tensors: ``.npy`` (``<key>.<field>.npy``, or ``<key>.<field>`` when the field already
+  ends in ``npy``); any dtype numpy has, shape and stride kept;
+- str/int in a field named by a text convention (``txt``, ``text``, ``cls``, ``cls2``, ``index``,
+  ``id``, or ending in one of those after a dot): the value as UTF-8 text;
+- anything else: JSON (``<key>.<field>.json``, or ``<key>.<field>`` when it already ends in json),
+  as the JSON Lines writer encodes it.
+
+The key is the record's ``__key__`` if it has one, else ``<part>_<record index>`` (a key must not
+contain a dot or a slash: WebDataset splits member names at the first dot). Members are written
+with mtime 0, so a shard's bytes depend on its records alone.
+"""
+
+import io
+import tarfile
+from typing import Any, List, Optional, Tuple
+
+import numpy as np
+
+from torchx_datapipes.io.writers.base import BasePart, Failures
+from torchx_datapipes.io.writers.jsonl import dumps
+from torchx_datapipes.io.writers.values import as_array
+
+TEXT_EXTS = {"txt", "text", "cls", "cls2", "index", "inx", "id"}
+_BYTES = (bytes, bytearray, memoryview)
+
+
+def _members(key: str, rec: Any) -> List[Tuple[str, bytes]]:
+    if not isinstance(rec, dict):
+        raise TypeError(f"WebDataset output needs dict records (field -> value), got {type(rec).__name__}")
+    out: List[Tuple[str, bytes]] = []
+    for field, v in rec.items():
+        f = str(field)
+        if f.startswith("__") and f.endswith("__"):
+            continue  # __key__, __url__, ...: WebDataset metadata, not members
+        if "/" in f or not f:
+            raise ValueError(f"field {f!r}: a WebDataset member name cannot be empty or contain '/'")
+        if v is None:
+            continue
+        last = f.rsplit(".", 1)[-1]
+        try:
+            out.append(_member(key, f, last, v))
+        except (TypeError, ValueError) as e:
+            raise type(e)(f"field {f}: {e}") from e
+    return out
+
+
+def _member(key: str, f: str, last: str, v: Any) -> Tuple[str, bytes]:
+    if isinstance(v, _BYTES):
+        return f"{key}.{f}", bytes(v)
+    arr = as_array(v)
+    if arr is not None:
+        if arr.dtype.hasobject:
+            raise TypeError(f"an array of dtype {arr.dtype} cannot be written as .npy without pickle")
+        buf = io.BytesIO()
+        np.lib.format.write_array(buf, arr, allow_pickle=False)
+        return (f"{key}.{f}" if last == "npy" else f"{key}.{f}.npy"), buf.getvalue()
+    if last in TEXT_EXTS and isinstance(v, (str, int, np.integer)) and not isinstance(v, bool):
+        return f"{key}.{f}", str(v).encode()
+    return (f"{key}.{f}" if last == "json" else f"{key}.{f}.json"), dumps(v)
+
+
+class WebDatasetPart(BasePart):
+    ext = "tar"
+
+    def __init__(self, url: str, key_prefix: Optional[str] = None) -> None:
+        super().__init__(url, key_prefix)
+        self.tar = tarfile.open(fileobj=self.fh, mode="w|", format=tarfile.PAX_FORMAT)  # type: ignore[call-overload]
+
+    def _key(self, i: int, rec: Any) -> str:
+        key = rec.get("__key__") if isinstance(rec, dict) else None
+        if key is None:
+            return f"{self.key_prefix}_{self.offered + i:06d}"
+        key = str(key)
+        if not key or "." in key.rsplit("/", 1)[-1]:
+            raise ValueError(
+                f"__key__ {key!r} contains a '.' (or is empty); WebDataset splits member names at"
+                " the first dot: use a key without dots"
+            )
+        return key
+
+    def _write(self, recs: List[Any]) -> Failures:
+        bad: Failures = []
+        for i, rec in enumerate(recs):
+            try:
+                members = _members(self._key(i, rec), rec)
+            except (TypeError, ValueError) as e:
+                bad.append((i, f"output record cannot be written as WebDataset: {e}"))
+                continue
+            for name, data in members:
+                info = tarfile.TarInfo(name)
+                info.size, info.mtime, info.mode = len(data), 0, 0o644
+                self.tar.addfile(info, io.BytesIO(data))
+        return bad
+
+    def _finish(self) -> None:
+        self.tar.close()
+
+    def abort(self) -> None:
+        try:
+            self.tar.fileobj = None  # do not write the end of archive into a part being thrown away
+        except AttributeError:
+            pass
+        super().abort()
