@@ -16,7 +16,7 @@ from tdp_testutil import canon, make_dataset, read_output, run_op
 from torchx_datapipes.errors import DatapipesError, OutputExistsError
 from torchx_datapipes.io import lease as lease_mod
 from torchx_datapipes.io.lease import LeaseHeldError, LeaseLostError
-from torchx_datapipes.runner import engine as engine_mod
+from torchx_datapipes.runner import commit as commit_mod
 from torchx_datapipes.runner.badrecords import OnError
 from torchx_datapipes.runner.dist import Dist
 from torchx_datapipes.runner.engine import Engine, RunConfig
@@ -126,8 +126,8 @@ def test_all_bad_records_fail_by_default_and_pass_with_max_error_rate_1(tmp_path
 def test_lost_bytes_count_against_the_error_rate(tmp_path: Path) -> None:
     metas = [{"records_in": 100, "bad": 0, "lost_bytes": 300}, {"records_in": 0, "bad": 0}]
     with pytest.raises(DatapipesError, match="300 of 1,000 input bytes were lost"):
-        engine_mod.check_error_rate(metas, 1000, 0.1, str(tmp_path))
-    assert engine_mod.check_error_rate(metas, 1000, 0.5, str(tmp_path)) == pytest.approx(0.3)
+        commit_mod.check_error_rate(metas, 1000, 0.1, str(tmp_path))
+    assert commit_mod.check_error_rate(metas, 1000, 0.5, str(tmp_path)) == pytest.approx(0.3)
 
 
 # -- item 13: disk full ------------------------------------------------------------------------

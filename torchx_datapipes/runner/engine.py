@@ -11,10 +11,8 @@ relaunches resume. After a barrier, rank 0 checks that every unit committed and 
 import contextlib
 import ctypes
 import multiprocessing as mp
-import os
 import signal
 import sys
-import threading
 import time
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
@@ -24,14 +22,22 @@ import orjson
 
 from torchx_datapipes.errors import DatapipesError, OutputExistsError
 from torchx_datapipes.io import manifest as mf
-from torchx_datapipes.io.checksum import verify, verify_sizes
+from torchx_datapipes.io.checksum import verify
 from torchx_datapipes.io.formats import UnitReader
-from torchx_datapipes.io.fs import check_disjoint, expand_input_files, fs_and_path, join
-from torchx_datapipes.io.layout import ERRORS_DIR, LEASE, PART_PREFIX, STALE_LEASE_PREFIX, TMP_PREFIX
+from torchx_datapipes.io.fs import check_disjoint, expand_input_files, join
+from torchx_datapipes.io.layout import ERRORS_DIR
 from torchx_datapipes.io.lease import Lease, run_identity
 from torchx_datapipes.io.units import Unit, plan_units
 from torchx_datapipes.runner.badrecords import ErrorSink, OnError
 from torchx_datapipes.runner.claim import Claimer, Counters, LocalCounters, StoreCounters, counter_names
+from torchx_datapipes.runner.commit import (
+    check_error_rate,
+    check_files,
+    hold_on_to_success,
+    remove_strays,
+    slot_counts,
+    unit_summary,
+)
 from torchx_datapipes.runner.context import PassContext, UnitFn
 from torchx_datapipes.runner.dist import Dist, die_with_agent
 from torchx_datapipes.runner.progress import JobProgress, Progress
@@ -134,7 +140,7 @@ class Engine:
             self.op.run(self.context())
             self.barrier()
             if d.rank != 0:
-                _hold_on_to_success()  # past the final barrier: a late kill must not fail the job
+                hold_on_to_success()  # past the final barrier: a late kill must not fail the job
                 manifest = None
             else:
                 manifest = self.commit()
@@ -331,13 +337,13 @@ class Engine:
     def commit(self) -> Dict[str, Any]:
         c = self.cfg
         metas = self.load_metas("main")
-        self._check_files(metas)
+        check_files(c.output, metas)
         totals = {k: sum(int(m.get(k, 0)) for m in metas) for k in ("records_in", "bad", "blank_lines")}
         rate = check_error_rate(metas, sum(u.nbytes for u in self.units), c.max_error_rate, c.output)
         if self.lease is not None:
             self.lease.check()  # before finalize writes side files (stats.json, reports)
         extra = self.op.finalize(self.context(), metas)
-        self._remove_strays(metas)
+        remove_strays(c.output, metas)
         manifest = mf.base_manifest(self.op.name, [{"path": p, "size": s} for p, s in self.inputs], {})
         manifest.update(
             {
@@ -361,88 +367,14 @@ class Engine:
                 "errors_dir": join(c.output, ERRORS_DIR) if totals["bad"] else None,
                 "wall_time_s": round(time.time() - self.t0, 3),
                 **extra,
-                "units": [_unit_summary(m) for m in metas],
+                "units": [unit_summary(m) for m in metas],
             }
         )
         if self.lease is not None:
             self.lease.check()
         mf.write_manifest(c.output, manifest)
-        _hold_on_to_success()  # _SUCCESS is in place: a kill from now on must not fail the job
+        hold_on_to_success()  # _SUCCESS is in place: a kill from now on must not fail the job
         return manifest
-
-    def _check_files(self, metas: List[Dict[str, Any]]) -> None:
-        """Every committed file is present with its recorded size (one listing of the output)."""
-        problems = verify_sizes(self.cfg.output, [f for m in metas for f in m.get("files", [])])
-        if problems:
-            raise DatapipesError(
-                f"{len(problems)} committed file(s) changed after their unit committed:"
-                f" {'; '.join(problems[:5])}."
-                " Something else writes this output; relaunch the same command to redo those units"
-            )
-
-    def _remove_strays(self, metas: List[Dict[str, Any]]) -> None:
-        """Drop temp files of killed workers, stale leases, and parts left by an earlier, different job."""
-        fs, root = fs_and_path(self.cfg.output)
-        keep = {f"{root}/{p}" for m in metas for p in m.get("outputs", [])}
-        keep |= {fs_and_path(m["errors"])[1] for m in metas if m.get("errors")}
-        for p in fs.find(root):
-            base = p.rsplit("/", 1)[-1]
-            stray_part = base.startswith(PART_PREFIX) and p not in keep
-            stray = base.startswith((TMP_PREFIX, STALE_LEASE_PREFIX)) or stray_part
-            if stray and not base.endswith(f"-{LEASE}"):
-                try:  # the lease's heartbeat writes .tmp-*-_LEASE files of its own: leave them
-                    fs.rm(p)
-                except FileNotFoundError:
-                    pass
-
-
-def check_error_rate(metas: List[Dict[str, Any]], input_bytes: int, limit: float, output: str) -> float:
-    """The error rate, max(bad records / records in, lost bytes / input bytes); raise above ``limit``."""
-    records_in = sum(int(m.get("records_in", 0)) for m in metas)
-    bad = sum(int(m.get("bad", 0)) for m in metas)
-    lost = sum(int(m.get("lost_bytes", 0)) for m in metas)
-    rate = max(bad / records_in if records_in else 0.0, lost / input_bytes if input_bytes else 0.0)
-    if rate > limit:
-        lost_note = (
-            f" and {lost:,} of {input_bytes:,} input bytes were lost (unreadable units)" if lost else ""
-        )
-        raise DatapipesError(
-            f"{bad:,} of {records_in:,} records were bad{lost_note}:"
-            f" error rate {rate:.2%}, above"
-            f" --max_error_rate {limit:g} (default 0.1); see {join(output, ERRORS_DIR)}/ for file, line and"
-            " error of each. Fix the input or the function, or rerun with a higher --max_error_rate"
-            " (1.0 accepts any share of bad records)"
-        )
-    return rate
-
-
-def slot_counts(metas: List[Dict[str, Any]]) -> Dict[str, int]:
-    """How many of the committed units each slot ran (``{"0": 3, "1": 5}``, slots in order)."""
-    counts: Dict[int, int] = {}
-    for m in metas:
-        if "slot" in m:
-            counts[int(m["slot"])] = counts.get(int(m["slot"]), 0) + 1
-    return {str(k): counts[k] for k in sorted(counts)}
-
-
-def _hold_on_to_success() -> None:
-    """Under torchrun, ignore SIGTERM/SIGINT from now on: the result is decided, a late kill must not flip it.
-
-    (torchrun SIGTERMs every rank as soon as one exits non-zero; a rank past the final barrier, or
-    rank 0 once ``_SUCCESS`` is in place, then finishes and exits 0.) In-process callers keep their handlers.
-    """
-    if "TORCHELASTIC_RUN_ID" in os.environ and threading.current_thread() is threading.main_thread():
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)
-        signal.signal(signal.SIGINT, signal.SIG_IGN)
-
-
-def _unit_summary(m: Dict[str, Any]) -> Dict[str, Any]:
-    skip = {"fingerprint", "unit"}
-    return {
-        "unit": m["unit"]["index"],
-        "path": m["unit"]["path"],
-        **{k: v for k, v in m.items() if k not in skip},
-    }
 
 
 def run_op(cfg: RunConfig, op: Op, fn_label: str = "fn") -> Optional[Dict[str, Any]]:
