@@ -72,10 +72,8 @@ def ensure_typed_csv(rows: int, k: int, seed: int, cache_root: Path) -> Path:
     return out
 
 
-def ref_pandas_csv(files: list[str]) -> dict[str, Any]:
-    import pandas as pd
-
-    df = pd.concat([pd.read_csv(f) for f in files], ignore_index=True)
+def pandas_profile(df: Any) -> dict[str, Any]:
+    """What the pandas reference computes (shared by the JSONL and the typed-CSV runs)."""
     num = df.select_dtypes("number")
     desc = df.describe()
     quant = num.quantile(QUANTILES)
@@ -87,6 +85,16 @@ def ref_pandas_csv(files: list[str]) -> dict[str, Any]:
         "quantiles": list(quant.columns),
         "nunique": {k: int(v) for k, v in nunique.items()},
         "top1": {c: int(t.iloc[0]) for c, t in tops.items() if len(t)},
+    }
+
+
+def ref_pandas_csv(files: list[str]) -> dict[str, Any]:
+    import pandas as pd
+
+    df = pd.concat([pd.read_csv(f) for f in files], ignore_index=True)
+    num = df.select_dtypes("number")
+    return {
+        **pandas_profile(df),
         "moments": {c: [float(num[c].mean()), float(num[c].std()), int(num[c].isna().sum())] for c in num},
     }
 

@@ -67,12 +67,11 @@ from _common import (  # noqa: E402
     torchx_log_tail,
     write_json,
 )
-from _typed_csv import csv_files, ensure_typed_csv, ref_pandas_csv, typed_note  # noqa: E402
+from _typed_csv import csv_files, ensure_typed_csv, pandas_profile, ref_pandas_csv, typed_note  # noqa: E402
 
 METHODS = ("plain", "pool2", "pandas", "ddp-job", "ours-1x2", "ours-1x1w2")
 TYPED_METHODS = ("pandas-csv", "ours-1x2", "ours-1x1w2")
 COMPONENT = "torchx_datapipes.components:stats"
-QUANTILES = [0.01, 0.05, 0.25, 0.5, 0.75, 0.95, 0.99]
 
 # ---------------------------------------------------------------------------------------------
 # Reference implementations, run in a child interpreter: `bench_stats.py _ref METHOD --input D`.
@@ -149,19 +148,7 @@ def _ref_pool2(files: list[str]) -> dict[str, Any]:
 def _ref_pandas(files: list[str]) -> dict[str, Any]:
     import pandas as pd
 
-    df = pd.concat([pd.read_json(f, lines=True) for f in files], ignore_index=True)
-    num = df.select_dtypes("number")
-    desc = df.describe()
-    quant = num.quantile(QUANTILES)
-    nunique = df.nunique()
-    tops = {c: df[c].value_counts().head(20) for c in df.select_dtypes("object").columns}
-    return {
-        "records_in": len(df),
-        "described": list(desc.columns),
-        "quantiles": list(quant.columns),
-        "nunique": {k: int(v) for k, v in nunique.items()},
-        "top1": {c: int(t.iloc[0]) for c, t in tops.items() if len(t)},
-    }
+    return pandas_profile(pd.concat([pd.read_json(f, lines=True) for f in files], ignore_index=True))
 
 
 def _ref_main(argv: Sequence[str]) -> int:
