@@ -31,7 +31,14 @@ def transform_output(root: Path, sizes: Sequence[int], fmt: str = "jsonl", *extr
 def split_output(root: Path, sizes: Sequence[int], fmt: str = "jsonl") -> str:
     out = root / f"split-{fmt}"
     run_op(
-        "split", make_input(root, sizes), out, "--fractions", "train=0.8,val=0.2", "--output_format", fmt, fn=ident
+        "split",
+        make_input(root, sizes),
+        out,
+        "--fractions",
+        "train=0.8,val=0.2",
+        "--output_format",
+        fmt,
+        fn=ident,
     )
     return str(out)
 

@@ -24,7 +24,12 @@ def _value(i: int, dtype: str, shape: tuple) -> np.ndarray:
 
 def tensors(r: Dict[str, Any]) -> Dict[str, Any]:
     i = int(r["id"])
-    rec: Dict[str, Any] = {"id": i, "name": f"r{i}", "blob": bytes([i, 0, 255]), "maybe": None if i % 2 else i}
+    rec: Dict[str, Any] = {
+        "id": i,
+        "name": f"r{i}",
+        "blob": bytes([i, 0, 255]),
+        "maybe": None if i % 2 else i,
+    }
     for d in DTYPES:
         rec[f"t_{d}"] = torch.from_numpy(_value(i, d, (2, 3)))
         rec[f"v_{d}"] = _value(i, d, (i % 3 + 1, 2))  # a shape per record
@@ -89,7 +94,9 @@ def test_webdataset_members_decode_to_tensors_json_text_bytes(tmp_path: Path, in
     recs = list(OutputDataset(str(tmp_path / "o")))
     assert [r["__key__"] for r in recs] == [f"k{i:03d}" for i in range(N)]
     for i, r in enumerate(recs):
-        assert r["img"].dtype == torch.uint8 and np.array_equal(r["img"].numpy(), _value(i, "uint8", (3, 4, 4)))
+        assert r["img"].dtype == torch.uint8 and np.array_equal(
+            r["img"].numpy(), _value(i, "uint8", (3, 4, 4))
+        )
         assert r["mask"].dtype == torch.bool and r["mask"].shape == (2, 2)
         assert r["meta"] == {"i": i, "tags": ["a", "b"]}
         assert (r["txt"], r["cls"], r["png"]) == (f"caption {i}", i % 4, bytes([i, 1, 2]))

@@ -37,7 +37,9 @@ def test_stats_output_is_refused(tmp_path: Path, out: str) -> None:
 
 
 def test_split_selection_errors_name_the_splits(out: str, split: str) -> None:
-    with pytest.raises(ValueError, match=r"split output: choose one with split=\.\.\., one of \['train', 'val'\]"):
+    with pytest.raises(
+        ValueError, match=r"split output: choose one with split=\.\.\., one of \['train', 'val'\]"
+    ):
         OutputDataset(split)
     with pytest.raises(ValueError, match=r"split 'test' does not exist.*\['train', 'val'\]"):
         OutputDataset(split, "test")
@@ -90,7 +92,9 @@ def test_bad_arguments(out: str, kwargs: Any, match: str) -> None:
 
 def test_unknown_parquet_column_names_the_columns(tmp_path: Path) -> None:
     out = transform_output(tmp_path, [4], "parquet")
-    with pytest.raises(ValueError, match=r"columns \['nope'\] are not in .*its columns: \['id', 'text', 'x', 'label'\]"):
+    with pytest.raises(
+        ValueError, match=r"columns \['nope'\] are not in .*its columns: \['id', 'text', 'x', 'label'\]"
+    ):
         OutputDataset(out, columns=["id", "nope"])
     assert list(OutputDataset(out, columns=["label"]))[1] == {"label": 1}
 

@@ -61,7 +61,9 @@ def test_exactly_once_equal_counts_and_worker_independent_sets(out: str, world: 
 
 
 @pytest.mark.filterwarnings("ignore:This DataLoader will create")
-@pytest.mark.parametrize(("world", "nw", "even"), [(3, 2, "none"), (3, 2, "pad"), (2, 3, "drop"), (4, 1, "none")])
+@pytest.mark.parametrize(
+    ("world", "nw", "even"), [(3, 2, "none"), (3, 2, "pad"), (2, 3, "drop"), (4, 1, "none")]
+)
 def test_dataloader_workers_serve_the_simulated_sets(out: str, world: int, nw: int, even: str) -> None:
     """Real DataLoader workers (forked) yield what the in-process simulation above checks."""
     for r in range(world):
@@ -110,5 +112,7 @@ def test_more_ranks_than_records(tmp_path: Path) -> None:
         got = [len(ids(OutputDataset(small, rank=r, world_size=5, even=even))) for r in range(5)]
         assert got == want, even
         assert [len(OutputDataset(small, rank=r, world_size=5, even=even)) for r in range(5)] == want
-    pads = [rec["__pad__"] for r in range(5) for rec in OutputDataset(small, rank=r, world_size=5, even="pad")]
+    pads = [
+        rec["__pad__"] for r in range(5) for rec in OutputDataset(small, rank=r, world_size=5, even="pad")
+    ]
     assert pads == [False] * 3 + [True] * 2
