@@ -7,8 +7,7 @@ from typing import Any
 import pytest
 from data_testutil import split_output, transform_output
 
-from torchx_datapipes.data import OutputDataset, OutputMapDataset
-from torchx_datapipes.data import _files
+from torchx_datapipes.data import OutputDataset, OutputMapDataset, _files
 
 
 @pytest.fixture(scope="module")
