@@ -63,7 +63,7 @@ def test_parquet_tensors_dtype_shape_values_without_warnings(tmp_path: Path, inp
             scalar = r[f"s_{d}"]  # 0-d columns: Python scalars
             assert not isinstance(scalar, torch.Tensor) and scalar == _value(i, d, ()).item()
         assert r["img"].dtype == torch.uint8 and r["img"].shape == (3, 4, 4)
-        r["img"] += 1  # writable, and a private copy: the next read is unchanged
+        r["img"] += 1  # writable (zero-copy from this read's own Arrow buffer): the next read is unchanged
     again = list(OutputDataset(str(tmp_path / "o")))[0]["img"]
     assert np.array_equal(again.numpy(), _value(0, "uint8", (3, 4, 4)))
 
