@@ -5,6 +5,7 @@ mid-epoch and elastic resume). The object holds plain data only (parts, chunk si
 never an open file or filesystem, so DataLoader workers of every start method can unpickle it.
 """
 
+from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
@@ -12,7 +13,7 @@ import torch.utils.data
 
 from torchx_datapipes.data import _args
 from torchx_datapipes.data._decode import Columns
-from torchx_datapipes.data._formats import Chunk, ParquetFormat, ReadOptions, Record, part_format
+from torchx_datapipes.data._formats import Chunk, ParquetFormat, PartFormat, ReadOptions, Record, part_format
 from torchx_datapipes.data._order import EpochOrder
 from torchx_datapipes.data._parts import Part, load_parts
 from torchx_datapipes.data._plan import Interval, pieces, plan_len, rank_span, split_span
@@ -43,6 +44,14 @@ def _gather(cache: Mapping[int, Chunk], chunk_ids: List[int], rows: List[int]) -
         )
         return Columns(first.names, cols, len(rows))
     return [cache[c][r] for c, r in zip(chunk_ids, rows)]  # type: ignore[index]
+
+
+def all_chunk_sizes(fmt: PartFormat, parts: Sequence[Part], opts: ReadOptions) -> List[List[int]]:
+    """Each part's chunk sizes; Parquet footers are fetched by a few threads (remote latency)."""
+    if len(parts) <= 1:
+        return [fmt.chunk_sizes(p, opts) for p in parts]
+    with ThreadPoolExecutor(max_workers=min(8, len(parts)), thread_name_prefix="tdp-footers") as pool:
+        return list(pool.map(lambda p: fmt.chunk_sizes(p, opts), parts))
 
 
 def check_columns_exist(fmt: str, parts: Sequence[Part], opts: ReadOptions) -> None:
@@ -91,6 +100,7 @@ class OutputDataset(torch.utils.data.IterableDataset):  # type: ignore[type-arg]
         read_ahead: int = 2,
     ) -> None:
         super().__init__()
+        _args.check_location(url, split, storage_options, cache_dir)
         if not isinstance(shuffle, bool):
             raise ValueError(f"shuffle={shuffle!r}: expected True or False")
         self.seed = _args.check_int("seed", seed, 0)
@@ -104,11 +114,11 @@ class OutputDataset(torch.utils.data.IterableDataset):  # type: ignore[type-arg]
         self._format, parts = load_parts(url, split, storage_options)
         self._parts: Tuple[Part, ...] = tuple(parts)
         check_columns_exist(self._format, parts, self._opts)
-        fmt = part_format(self._format)
+        per_part = all_chunk_sizes(part_format(self._format), parts, self._opts)
         self._chunks: Tuple[Tuple[int, int], ...] = tuple(
-            (pi, ci) for pi, p in enumerate(parts) for ci in range(len(fmt.chunk_sizes(p, self._opts)))
+            (pi, ci) for pi, sizes in enumerate(per_part) for ci in range(len(sizes))
         )
-        self._chunk_sizes: Tuple[int, ...] = tuple(n for p in parts for n in fmt.chunk_sizes(p, self._opts))
+        self._chunk_sizes: Tuple[int, ...] = tuple(n for sizes in per_part for n in sizes)
         self._epoch = 0
         self._plan: Optional[List[Interval]] = None  # None: all of [0, N)
         self._resume: Optional[Dict[str, Any]] = None  # a worker state to resume at the next __iter__
