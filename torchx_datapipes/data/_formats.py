@@ -6,6 +6,7 @@ one sequential read of the part on first use, cached per process (never pickled)
 """
 
 import tarfile
+from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any, Dict, List, Mapping, Optional, Protocol, Sequence, Tuple, Union
 
@@ -95,7 +96,26 @@ class ParquetFormat:
     def read_chunk(self, part: Part, chunk: int, opts: ReadOptions) -> Chunk:
         return table_columns(self._read(part, [chunk], opts))
 
+    def _groups(self, part: Part, groups: List[int], opts: ReadOptions) -> Dict[int, Any]:
+        """Row groups as Arrow tables: recently used ones from a per-process LRU, the rest in one read."""
+        keys = {g: (part.url, part.size, g, opts.columns) for g in groups}
+        out = {g: _RG_CACHE[k] for g, k in keys.items() if k in _RG_CACHE}
+        for g in out:
+            _RG_CACHE.move_to_end(keys[g])
+        missing = [g for g in groups if g not in out]
+        if missing:
+            table = self._read(part, missing, opts)
+            sizes = self.chunk_sizes(part, opts)
+            offset = 0
+            for g in missing:
+                out[g] = _RG_CACHE[keys[g]] = table.slice(offset, sizes[g])
+                offset += sizes[g]
+            _evict()
+        return out
+
     def read_rows(self, part: Part, rows: Sequence[int], opts: ReadOptions) -> List[Record]:
+        import pyarrow as pa
+
         starts = np.concatenate([[0], np.cumsum(self.chunk_sizes(part, opts))])
         idx = np.asarray(rows, dtype=np.int64)
         groups = np.searchsorted(starts, idx, side="right") - 1
@@ -103,8 +123,27 @@ class ParquetFormat:
         base = np.concatenate([[0], np.cumsum([starts[g + 1] - starts[g] for g in needed])])
         local = {g: base[i] - starts[g] for i, g in enumerate(needed)}
         take = np.array([i + local[g] for i, g in zip(idx, groups.tolist())], dtype=np.int64)
-        table = self._read(part, needed, opts)
+        tables = self._groups(part, needed, opts)
+        table = pa.concat_tables([tables[g] for g in needed])  # zero-copy: chunks side by side
         return table_records(table.take(take))
+
+
+# map-style reads keep the last row groups they decoded (in-order batches hit one group many times)
+RG_CACHE_BYTES = 256 << 20
+_RG_CACHE: "OrderedDict[Tuple[str, int, int, Optional[Tuple[str, ...]]], Any]" = OrderedDict()
+
+
+def _evict() -> None:
+    total = sum(t.nbytes for t in _RG_CACHE.values())
+    while len(_RG_CACHE) > 1 and total > RG_CACHE_BYTES:
+        _, t = _RG_CACHE.popitem(last=False)
+        total -= t.nbytes
+
+
+def clear_caches() -> None:
+    """Forget this process's offset indexes, footers and cached row groups (tests, rewritten outputs)."""
+    for cache in (_RG_CACHE, _PQ_META, _LINE_INDEX, _TAR_INDEX):
+        cache.clear()
 
 
 # ---- JSON Lines ----------------------------------------------------------------------------
