@@ -19,8 +19,6 @@ from torchx_datapipes.data._decode import (
     member_field,
     member_value,
     project,
-    table_columns,
-    table_records,
 )
 from torchx_datapipes.data._parts import Part
 
@@ -62,10 +60,23 @@ def _runs(rows: Sequence[int]) -> List[Tuple[int, int]]:
 _PQ_META: Dict[Tuple[str, int], Any] = {}
 
 
+def _arrow() -> Any:
+    try:
+        import pyarrow.parquet  # noqa: F401
+
+        from torchx_datapipes.data import _arrow as arrow
+    except ImportError as e:
+        raise ImportError(
+            "reading a Parquet output needs pyarrow: pip install 'torchx-datapipes[parquet]'"
+        ) from e
+    return arrow
+
+
 class ParquetFormat:
     def _meta(self, part: Part, opts: ReadOptions) -> Any:
         key = (part.url, part.size)
         if key not in _PQ_META:
+            _arrow()  # a missing pyarrow: the install hint
             import pyarrow.parquet as pq
 
             with _files.open_part(part, opts.storage_options, opts.cache_dir) as f:
@@ -94,7 +105,8 @@ class ParquetFormat:
             return pf.read_row_groups(groups, columns=cols)
 
     def read_chunk(self, part: Part, chunk: int, opts: ReadOptions) -> Chunk:
-        return table_columns(self._read(part, [chunk], opts))
+        columns: Columns = _arrow().table_columns(self._read(part, [chunk], opts))
+        return columns
 
     def _groups(self, part: Part, groups: List[int], opts: ReadOptions) -> Dict[int, Any]:
         """Row groups as Arrow tables: recently used ones from a per-process LRU, the rest in one read."""
@@ -125,7 +137,8 @@ class ParquetFormat:
         take = np.array([i + local[g] for i, g in zip(idx, groups.tolist())], dtype=np.int64)
         tables = self._groups(part, needed, opts)
         table = pa.concat_tables([tables[g] for g in needed])  # zero-copy: chunks side by side
-        return table_records(table.take(take))
+        recs: List[Record] = _arrow().table_records(table.take(take))
+        return recs
 
 
 # map-style reads keep the last row groups they decoded (in-order batches hit one group many times)
