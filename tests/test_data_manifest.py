@@ -140,3 +140,17 @@ def test_rank_and_world_size_default_to_the_process_group(
         assert OutputDataset(out, rank=1, world_size=3).world_size == 3  # explicit values win
     finally:
         dist.destroy_process_group()
+
+
+def test_parquet_without_pyarrow_gives_the_install_hint(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import sys
+
+    out = transform_output(tmp_path, [3], "parquet")
+    jsonl = transform_output(tmp_path / "j", [3], "jsonl")
+    monkeypatch.setitem(sys.modules, "pyarrow", None)  # as if the [parquet] extra were not installed
+    monkeypatch.setitem(sys.modules, "pyarrow.parquet", None)
+    with pytest.raises(ImportError, match=r"pip install 'torchx-datapipes\[parquet\]'"):
+        OutputDataset(out)
+    assert len(list(OutputDataset(jsonl))) == 3  # JSON Lines and tar need no pyarrow
