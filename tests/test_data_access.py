@@ -44,6 +44,7 @@ def test_map_style_getitem_getitems_one_read_per_part(outs: dict, fmt: str, monk
     for i in (0, 70, 120):
         ds[i]  # builds each part's offset index (JSON Lines, tar) once per process
     _formats._RG_CACHE.clear()  # Parquet row groups read before
+    _formats._PART_BYTES.clear()  # bytes kept from building the offset indexes
     opened = _count_opens(monkeypatch)
     want = [150, 3, 61, 62, 3, 0, 119, 64, 110]  # three parts, unordered, a duplicate
     assert ids(ds.__getitems__(want)) == want
@@ -113,15 +114,18 @@ def _read_ahead_threads() -> List[threading.Thread]:
 def test_read_ahead_thread_stops_after_an_early_break(tmp_path: Path) -> None:
     out = transform_output(tmp_path, [5000, 4000], "jsonl")  # several chunks
     ds = OutputDataset(out, read_ahead=1)
+    gc.collect()  # iterators other tests abandoned stop their threads when collected
+    before = set(_read_ahead_threads())
     it = iter(ds)
     assert next(it)["id"] == 0
-    assert len(_read_ahead_threads()) == 1
+    mine = set(_read_ahead_threads()) - before
+    assert len(mine) == 1
     del it
     gc.collect()
     deadline = time.monotonic() + 10
-    while _read_ahead_threads() and time.monotonic() < deadline:
+    while any(t.is_alive() for t in mine) and time.monotonic() < deadline:
         time.sleep(0.02)
-    assert not _read_ahead_threads()
+    assert not any(t.is_alive() for t in mine)
     code = (
         "from torchx_datapipes.data import OutputDataset\n"
         f"it = iter(OutputDataset({out!r}, read_ahead=2))\n"
@@ -167,3 +171,17 @@ def test_s3_on_moto(outs: dict, s3_server: S3Server, tmp_path: Path) -> None:
         assert ids(OutputDataset.map_style(url).__getitems__([5, 100])) == [5, 100]
     with pytest.raises(FileNotFoundError, match="has not committed"):
         OutputDataset(s3_server.url("reader/nothing"))
+
+
+@pytest.mark.parametrize("fmt", ["jsonl", "webdataset"])
+def test_parts_above_the_memory_limit_are_indexed_in_blocks(
+    outs: dict, fmt: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _formats.clear_caches()
+    monkeypatch.setattr(_formats, "PART_BYTES_LIMIT", 1000)  # every part is "large"
+    monkeypatch.setattr(_formats, "INDEX_BLOCK", 777)  # lines and members straddle blocks
+    opened = _count_opens(monkeypatch)
+    assert ids(list(OutputDataset(outs[fmt], shuffle=True, shuffle_window=40))) != list(range(N))
+    assert sorted(ids(list(OutputDataset(outs[fmt], shuffle=True)))) == list(range(N))
+    assert not _formats._PART_BYTES and len(opened) > 3  # chunks read from the parts again
+    _formats.clear_caches()

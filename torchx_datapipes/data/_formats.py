@@ -5,6 +5,7 @@ Lines or WebDataset part. JSON Lines and tar parts get a record -> byte-range in
 one sequential read of the part on first use, cached per process (never pickled).
 """
 
+import io
 import tarfile
 from collections import OrderedDict
 from dataclasses import dataclass
@@ -155,8 +156,37 @@ def _evict() -> None:
 
 def clear_caches() -> None:
     """Forget this process's offset indexes, footers and cached row groups (tests, rewritten outputs)."""
-    for cache in (_RG_CACHE, _PQ_META, _LINE_INDEX, _TAR_INDEX):
+    for cache in (_RG_CACHE, _PQ_META, _LINE_INDEX, _TAR_INDEX, _PART_BYTES):
         cache.clear()
+
+
+# ---- bytes of JSON Lines and tar parts ---------------------------------------------------
+
+# The bytes read to build a part's offset index are kept (per process, LRU, bounded), so the
+# chunks that follow are sliced from memory instead of being read a second time.
+PART_BYTES_LIMIT = 256 << 20
+INDEX_BLOCK = 64 << 20  # parts above the limit are indexed block by block
+_PART_BYTES: "OrderedDict[Tuple[str, int], bytes]" = OrderedDict()
+
+
+def _remember(part: Part, data: bytes) -> None:
+    if len(data) > PART_BYTES_LIMIT:
+        return
+    _PART_BYTES[(part.url, part.size)] = data
+    total = sum(len(b) for b in _PART_BYTES.values())
+    while total > PART_BYTES_LIMIT:
+        _, old = _PART_BYTES.popitem(last=False)
+        total -= len(old)
+
+
+def _ranges(
+    part: Part, ranges: Dict[int, Tuple[int, int]], storage_options: Any, cache_dir: Optional[str]
+) -> Dict[int, bytes]:
+    data = _PART_BYTES.get((part.url, part.size))
+    if data is None:
+        return _files.read_ranges(part, ranges, storage_options, cache_dir)
+    _PART_BYTES.move_to_end((part.url, part.size))
+    return {k: data[a:b] for k, (a, b) in ranges.items()}
 
 
 # ---- JSON Lines ----------------------------------------------------------------------------
@@ -164,17 +194,34 @@ def clear_caches() -> None:
 _LINE_INDEX: Dict[Tuple[str, int], np.ndarray] = {}
 
 
+def _line_starts(part: Part, opts: ReadOptions) -> np.ndarray:
+    """Offsets of each line start plus the end, from one sequential read in blocks."""
+    ends: List[np.ndarray] = []
+    offset, last = 0, 10
+    with _files.open_part(part, opts.storage_options, opts.cache_dir) as f:
+        whole = part.size <= PART_BYTES_LIMIT
+        while True:
+            block = f.read(-1 if whole else INDEX_BLOCK)
+            if not block:
+                break
+            if whole:
+                _remember(part, block)
+            buf = np.frombuffer(block, dtype=np.uint8)
+            ends.append(np.flatnonzero(buf == 10) + 1 + offset)
+            offset, last = offset + len(buf), int(buf[-1])
+            if whole:
+                break
+    if last != 10:  # a last line without a newline
+        ends.append(np.array([offset]))
+    return np.concatenate([[0], *ends]).astype(np.int64)
+
+
 class JsonlFormat:
     def _index(self, part: Part, opts: ReadOptions) -> np.ndarray:
         """Byte offsets of each line start, plus the end: ``records + 1`` int64s."""
         key = (part.url, part.size)
         if key not in _LINE_INDEX:
-            with _files.open_part(part, opts.storage_options, opts.cache_dir) as f:
-                buf = np.frombuffer(f.read(), dtype=np.uint8)
-            ends = np.flatnonzero(buf == 10) + 1
-            if len(buf) and buf[-1] != 10:
-                ends = np.append(ends, len(buf))
-            index = np.concatenate([[0], ends]).astype(np.int64)
+            index = _line_starts(part, opts)
             if len(index) - 1 != part.records:
                 raise ValueError(
                     f"{part.url} has {len(index) - 1} lines but the manifest recorded {part.records}"
@@ -192,16 +239,14 @@ class JsonlFormat:
     def read_chunk(self, part: Part, chunk: int, opts: ReadOptions) -> List[Record]:
         index = self._index(part, opts)
         a, b = chunk * CHUNK_RECORDS, min(part.records, (chunk + 1) * CHUNK_RECORDS)
-        data = _files.read_ranges(
-            part, {0: (int(index[a]), int(index[b]))}, opts.storage_options, opts.cache_dir
-        )
+        data = _ranges(part, {0: (int(index[a]), int(index[b]))}, opts.storage_options, opts.cache_dir)
         return self._decode(data[0], opts)
 
     def read_rows(self, part: Part, rows: Sequence[int], opts: ReadOptions) -> List[Record]:
         index = self._index(part, opts)
         runs = _runs(rows)
         ranges = {i: (int(index[a]), int(index[b])) for i, (a, b) in enumerate(runs)}
-        data = _files.read_ranges(part, ranges, opts.storage_options, opts.cache_dir)
+        data = _ranges(part, ranges, opts.storage_options, opts.cache_dir)
         by_row: Dict[int, Record] = {}
         for i, (a, _) in enumerate(runs):
             for k, rec in enumerate(self._decode(data[i], opts)):
@@ -228,7 +273,12 @@ class TarFormat:
         if key not in _TAR_INDEX:
             index: _TarIndex = []
             with _files.open_part(part, opts.storage_options, opts.cache_dir) as f:
-                with tarfile.open(fileobj=f, mode="r:") as tar:
+                src: Any = f
+                if part.size <= PART_BYTES_LIMIT:
+                    data = f.read()
+                    _remember(part, data)
+                    src = io.BytesIO(data)
+                with tarfile.open(fileobj=src, mode="r:") as tar:  # headers only: data is seeked over
                     for info in tar:
                         if not info.isfile():
                             continue
@@ -254,7 +304,7 @@ class TarFormat:
             last = index[b - 1][1][-1] if index[b - 1][1] else (index[b - 1][0], 0, 0)
             first = index[a][1][0][1] if index[a][1] else 0
             ranges[i] = (first, max(first, last[1] + last[2]))
-        data = _files.read_ranges(part, ranges, opts.storage_options, opts.cache_dir)
+        data = _ranges(part, ranges, opts.storage_options, opts.cache_dir)
         out: Dict[int, Record] = {}
         want = None if opts.columns is None else set(opts.columns)
         for i, (a, b) in enumerate(runs):
