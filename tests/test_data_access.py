@@ -17,7 +17,7 @@ from s3_fixture import S3Server
 from torch.utils.data import DataLoader
 from torchdata.nodes import Batcher, Loader
 
-from torchx_datapipes.data import OutputDataset, OutputMapDataset, _files, _formats, merge_states
+from torchx_datapipes.data import OutputDataset, OutputMapDataset, _files, _formats, _parquet, merge_states
 
 N = 157
 
@@ -44,7 +44,7 @@ def test_map_style_getitem_getitems_one_read_per_part(outs: dict, fmt: str, monk
     assert ds[0]["id"] == 0 and ds[59]["id"] == 59 and ds[60]["id"] == 60 and ds[-1]["id"] == N - 1
     for i in (0, 70, 120):
         ds[i]  # builds each part's offset index (JSON Lines, tar) once per process
-    _formats._RG_CACHE.clear()  # Parquet row groups read before
+    _parquet._RG_CACHE.clear()  # Parquet row groups read before
     _formats._PART_BYTES.clear()  # bytes kept from building the offset indexes
     opened = _count_opens(monkeypatch)
     want = [150, 3, 61, 62, 3, 0, 119, 64, 110]  # three parts, unordered, a duplicate
@@ -52,7 +52,7 @@ def test_map_style_getitem_getitems_one_read_per_part(outs: dict, fmt: str, monk
     assert len(opened) == 3 and len(set(opened)) == 3  # one read per part
     with pytest.raises(IndexError, match=f"index {N} is out of range.*{N} records"):
         ds[N]
-    _formats._RG_CACHE.clear()
+    _parquet._RG_CACHE.clear()
     opened.clear()
     batches = [b["id"].tolist() for b in DataLoader(ds, batch_size=20, shuffle=False)]
     assert [i for b in batches for i in b] == list(range(N))

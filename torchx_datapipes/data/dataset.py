@@ -13,8 +13,9 @@ import torch.utils.data
 
 from torchx_datapipes.data import _args
 from torchx_datapipes.data._decode import Columns
-from torchx_datapipes.data._formats import Chunk, ParquetFormat, PartFormat, ReadOptions, Record, part_format
+from torchx_datapipes.data._formats import Chunk, PartFormat, ReadOptions, Record, part_format
 from torchx_datapipes.data._order import EpochOrder
+from torchx_datapipes.data._parquet import ParquetFormat
 from torchx_datapipes.data._parts import Part, load_parts
 from torchx_datapipes.data._plan import Interval, pieces, plan_len, rank_span, split_span
 from torchx_datapipes.data._prefetch import read_ahead
