@@ -1,7 +1,7 @@
 """Parquet parts: a chunk is a row group; columns decoded whole (see ``_arrow.py``)."""
 
 from collections import OrderedDict
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -10,6 +10,7 @@ from torchx_datapipes.data._decode import Columns
 from torchx_datapipes.data._formats import Chunk, ReadOptions, Record
 from torchx_datapipes.data._parts import Part
 
+STREAM_ROWS = 4096  # rows decoded at a time when a row group is read in order
 _PQ_META: Dict[Tuple[str, int], Any] = {}
 
 
@@ -60,6 +61,30 @@ class ParquetFormat:
     def read_chunk(self, part: Part, chunk: int, opts: ReadOptions) -> Chunk:
         columns: Columns = _arrow().table_columns(self._read(part, [chunk], opts))
         return columns
+
+    def stream_chunk(
+        self, part: Part, chunk: int, start: int, stop: int, opts: ReadOptions
+    ) -> Iterator[Chunk]:
+        """Rows ``[start, stop)`` of row group ``chunk``, decoded :data:`STREAM_ROWS` at a time.
+
+        For in-order reading: the first records are served before the whole row group (~64 MB)
+        is decoded, and only a few batches are held at once.
+        """
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        arrow = _arrow()
+        cols = list(opts.columns) if opts.columns is not None else None
+        with _files.open_part(part, opts.storage_options, opts.cache_dir) as f:
+            pf = pq.ParquetFile(f, metadata=self._meta(part, opts))
+            pos = 0
+            for batch in pf.iter_batches(batch_size=STREAM_ROWS, row_groups=[chunk], columns=cols):
+                lo, hi = max(start - pos, 0), min(stop - pos, batch.num_rows)
+                if lo < hi:
+                    yield arrow.table_columns(pa.Table.from_batches([batch.slice(lo, hi - lo)]))
+                pos += batch.num_rows
+                if pos >= stop:
+                    return
 
     def _groups(self, part: Part, groups: List[int], opts: ReadOptions) -> Dict[int, Any]:
         """Row groups as Arrow tables: recently used ones from a per-process LRU, the rest in one read."""

@@ -191,9 +191,15 @@ class OutputDataset(torch.utils.data.IterableDataset):  # type: ignore[type-arg]
         """Each segment's records (or columns) in epoch order, with its pad flag."""
         fmt = part_format(self._format)
         cache: Dict[int, Chunk] = {}
+        stream = None if self.shuffle else getattr(fmt, "stream_chunk", None)
         for a, b, pad in todo:
             for sa, sb in order.segments(a, b):
                 chunk_ids, rows = order.locate(sa, sb)
+                if stream is not None:  # in order: one chunk's consecutive rows, decoded as they come
+                    pi, ci = self._chunks[int(chunk_ids[0])]
+                    for piece in stream(self._parts[pi], ci, int(rows[0]), int(rows[-1]) + 1, self._opts):
+                        yield piece, pad
+                    continue
                 needed = np.unique(chunk_ids).tolist()
                 cache = {c: cache[c] if c in cache else self._read_chunk(fmt, c) for c in needed}
                 yield _gather(cache, chunk_ids.tolist(), rows.tolist()), pad
