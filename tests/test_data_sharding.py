@@ -135,3 +135,20 @@ def test_in_order_parquet_streams_row_groups_from_any_row(
     ds = OutputDataset(out)
     ds.load_state_dict({**ds.state_dict(), "yielded": 45})  # resume inside the second row group
     assert ids(list(ds)) == list(range(45, 97))
+
+
+def test_parquet_streams_serve_what_jsonl_chunks_serve(
+    out: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Same chunk sizes (one per part), same epoch order: Parquet's progressive decoding (tiny
+    batches straddling windows, spans and pads) must serve exactly the JSON Lines records."""
+    from torchx_datapipes.data import _parquet
+
+    pq_out = transform_output(tmp_path, [300, 0, 5000 - 4587, 300], "parquet")
+    monkeypatch.setattr(_parquet, "STREAM_ROWS", 7)
+    for world, nw, even in ((1, 1, "none"), (3, 2, "pad"), (4, 3, "drop")):
+        for r in range(world):
+            for w in range(nw):
+                want = ids(list(_ds(out, rank=r, world_size=world, even=even)._iterate(w, nw)))
+                got = ids(list(_ds(pq_out, rank=r, world_size=world, even=even)._iterate(w, nw)))
+                assert got == want, (world, nw, even, r, w)

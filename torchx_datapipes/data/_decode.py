@@ -27,6 +27,17 @@ class Columns:
     def take(self, rows: Sequence[int]) -> "Columns":
         return Columns(self.names, tuple([col[r] for r in rows] for col in self.values), len(rows))
 
+    def slice(self, a: int, b: int) -> "Columns":
+        return Columns(self.names, tuple(col[a:b] for col in self.values), max(0, min(b, self.num_rows) - a))
+
+    @staticmethod
+    def concat(pieces: Sequence["Columns"]) -> "Columns":
+        if len(pieces) == 1:
+            return pieces[0]
+        names = pieces[0].names
+        values = tuple([v for p in pieces for v in p.values[k]] for k in range(len(names)))
+        return Columns(names, values, sum(p.num_rows for p in pieces))
+
     def records(self) -> Iterator[Dict[str, Any]]:
         names = self.names
         if not names:

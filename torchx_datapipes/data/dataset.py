@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any, Dict, Iterator, List, Mapping, Optional, 
 import numpy as np
 import torch.utils.data
 
-from torchx_datapipes.data import _args
+from torchx_datapipes.data import _args, _parquet
 from torchx_datapipes.data._decode import Columns
 from torchx_datapipes.data._formats import Chunk, PartFormat, ReadOptions, Record, part_format
 from torchx_datapipes.data._order import EpochOrder
@@ -20,12 +20,15 @@ from torchx_datapipes.data._parts import Part, load_parts
 from torchx_datapipes.data._plan import Interval, pieces, plan_len, rank_span, split_span
 from torchx_datapipes.data._prefetch import read_ahead
 from torchx_datapipes.data._state import EPOCH_KEYS, VERSION, plan_from_json, plan_to_json
+from torchx_datapipes.data._streams import ChunkStream, OpenStream, gather
 
 if TYPE_CHECKING:
     from torchx_datapipes.data.mapstyle import OutputMapDataset
     from torchx_datapipes.data.node import OutputNode
 
 PAD_FIELD = "__pad__"
+Todo = List[Tuple[int, int, bool]]  # (first position, end position, is padding)
+Segments = Iterator[Tuple[Chunk, bool]]
 
 
 def _worker() -> Tuple[int, int]:
@@ -187,22 +190,45 @@ class OutputDataset(torch.utils.data.IterableDataset):  # type: ignore[type-arg]
                 self._yielded += 1
                 yield rec
 
-    def _segments(self, order: EpochOrder, todo: List[Tuple[int, int, bool]]) -> Iterator[Tuple[Chunk, bool]]:
+    def _segments(self, order: EpochOrder, todo: Todo) -> Segments:
         """Each segment's records (or columns) in epoch order, with its pad flag."""
         fmt = part_format(self._format)
+        if hasattr(fmt, "stream_chunk"):
+            yield from self._streamed(fmt, order, todo)
+            return
         cache: Dict[int, Chunk] = {}
-        stream = None if self.shuffle else getattr(fmt, "stream_chunk", None)
         for a, b, pad in todo:
             for sa, sb in order.segments(a, b):
                 chunk_ids, rows = order.locate(sa, sb)
-                if stream is not None:  # in order: one chunk's consecutive rows, decoded as they come
-                    pi, ci = self._chunks[int(chunk_ids[0])]
-                    for piece in stream(self._parts[pi], ci, int(rows[0]), int(rows[-1]) + 1, self._opts):
-                        yield piece, pad
-                    continue
                 needed = np.unique(chunk_ids).tolist()
                 cache = {c: cache[c] if c in cache else self._read_chunk(fmt, c) for c in needed}
                 yield _gather(cache, chunk_ids.tolist(), rows.tolist()), pad
+
+    def _streamed(
+        self, fmt: Any, order: EpochOrder, todo: List[Tuple[int, int, bool]]
+    ) -> Iterator[Tuple[Chunk, bool]]:
+        """As ``_segments``, decoding chunks progressively (Parquet): see ``_streams.py``."""
+        streams: Dict[int, ChunkStream] = {}
+        try:
+            for a, b, pad in todo:
+                for sa, sb in order.segments(a, b):
+                    step = sb - sa if self.shuffle else _parquet.STREAM_ROWS  # in order: serve as decoded
+                    for ca in range(sa, sb, step):
+                        chunk_ids, rows = order.locate(ca, min(ca + step, sb))
+                        for c in np.unique(chunk_ids).tolist():
+                            if c not in streams:
+                                streams[c] = ChunkStream(
+                                    self._opener(fmt, c), int(rows[chunk_ids == c].min())
+                                )
+                        yield gather(streams, chunk_ids, rows), pad
+        finally:
+            for st in streams.values():
+                st.close()
+
+    def _opener(self, fmt: Any, chunk: int) -> OpenStream:
+        pi, ci = self._chunks[chunk]
+        part, size = self._parts[pi], self._chunk_sizes[chunk]
+        return lambda start: fmt.stream_chunk(part, ci, start, size, self._opts)
 
     def _read_chunk(self, fmt: Any, chunk: int) -> Chunk:
         pi, ci = self._chunks[chunk]
