@@ -169,6 +169,8 @@ def test_s3_on_moto(outs: dict, s3_server: S3Server, tmp_path: Path) -> None:
         cached = OutputDataset(url, cache_dir=str(tmp_path / fmt))
         assert ids(list(cached)) == list(range(N))
         assert ids(OutputDataset.map_style(url).__getitems__([5, 100])) == [5, 100]
+    loader = DataLoader(OutputDataset(s3_server.url("reader/parquet"), rank=1, world_size=2), num_workers=2)
+    assert sorted(int(b["id"]) for b in loader) == list(range(79, N))  # forked workers reach s3 too
     with pytest.raises(FileNotFoundError, match="has not committed"):
         OutputDataset(s3_server.url("reader/nothing"))
 
