@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The example pipeline `make demo` runs: generate a text corpus (no downloads), then clean it,
-# split it and describe it, each as a TorchX job on the local_cwd scheduler.
+# split it, train on the split (examples/train.py) and describe it, each as a TorchX job on the
+# local_cwd scheduler.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -25,6 +26,9 @@ echo "== split: train/val/test by id"
 torchx run -s local_cwd torchx_datapipes.components:split \
   --input "$OUT/clean/part-*.jsonl" --output "$OUT/split" \
   --fractions train=0.8,val=0.1,test=0.1 --key id -j 1x2 --overwrite True
+
+echo "== train: read the train split under DDP (2 ranks x 2 DataLoader workers, 2 epochs)"
+torchx run -s local_cwd dist.ddp -j 1x2 --script examples/train.py -- --data "$OUT/split"
 
 echo "== stats: summary statistics and report"
 torchx run -s local_cwd torchx_datapipes.components:stats \

@@ -1,4 +1,4 @@
-"""`make demo` as the README promises it: three real torchx jobs, and a rerun that computes nothing."""
+"""`make demo` as the README promises it: four real torchx jobs, and a rerun that computes nothing."""
 
 import json
 import os
@@ -28,6 +28,9 @@ def test_demo_runs_and_a_rerun_is_served_by_the_cache(tmp_path: Path) -> None:
         clean = json.loads((tmp_path / "out/clean/_SUCCESS").read_text())
         assert clean["records_in"] == 2000 and clean["bad"] == 0
         assert clean["cache"]["hits"] == (2000 if attempt else 0), clean["cache"]
+        train = json.loads((tmp_path / "out/split/_SUCCESS").read_text())["splits"]["train"]
+        for epoch in (0, 1):  # examples/train.py: every train record once per epoch, over 2 ranks
+            assert f"epoch {epoch}: {train:,} train records once each" in proc.stdout + proc.stderr
     split = json.loads((tmp_path / "out/split/_SUCCESS").read_text())
     assert sum(split["splits"].values()) == 2000
     assert (tmp_path / "out/stats/report.html").stat().st_size > 0
