@@ -54,3 +54,26 @@ def resolve_layout(rank: Optional[int], world_size: Optional[int]) -> Tuple[int,
     if rank >= world_size:
         raise ValueError(f"rank={rank} with world_size={world_size}: expected 0 <= rank < world_size")
     return rank, world_size
+
+
+WINDOW_BYTES = 32 << 20  # the stored bytes an automatic shuffle window holds
+WINDOW_RECORDS = (1024, 16384)  # its bounds in records
+
+
+def auto_window(total_bytes: int, records: int) -> int:
+    """Records of about ``WINDOW_BYTES`` of stored data, within ``WINDOW_RECORDS``.
+
+    A window is decoded whole before its first record is served, so its size is what a worker
+    waits for at the start of a shuffled epoch and what it holds in memory: 16384 records of
+    2 KB token rows are 32 MB, but 16384 64x64 images are 200 MB (seconds to decode).
+    """
+    lo, hi = WINDOW_RECORDS
+    if records <= 0 or total_bytes <= 0:
+        return hi
+    return max(lo, min(hi, WINDOW_BYTES * records // total_bytes))
+
+
+def check_window(value: Any) -> Optional[int]:
+    if value is None:
+        return None
+    return check_int("shuffle_window", value, 1)

@@ -78,7 +78,9 @@ class OutputDataset(torch.utils.data.IterableDataset):  # type: ignore[type-arg]
         even: "none" (every record once; ranks' counts differ by at most one), "pad" (repeat the
             plan's first records so every rank has the same count; every record gets a bool
             ``__pad__``) or "drop" (drop the last ``R % world_size`` records of the epoch).
-        shuffle_window: records shuffled together by an exact permutation.
+        shuffle_window: records shuffled together by an exact permutation; default: about
+            32 MB of the stored parts, between 1024 and 16384 records (a window is decoded whole
+            before its first record is served).
         columns: read only these fields (Parquet: column projection).
         rank, world_size: this rank and the number of ranks; default torch.distributed's if it
             is initialised, else 0 and 1.
@@ -95,7 +97,7 @@ class OutputDataset(torch.utils.data.IterableDataset):  # type: ignore[type-arg]
         shuffle: bool = False,
         seed: int = 0,
         even: str = "none",
-        shuffle_window: int = 16384,
+        shuffle_window: Optional[int] = None,
         columns: Optional[Sequence[str]] = None,
         rank: Optional[int] = None,
         world_size: Optional[int] = None,
@@ -108,7 +110,7 @@ class OutputDataset(torch.utils.data.IterableDataset):  # type: ignore[type-arg]
         if not isinstance(shuffle, bool):
             raise ValueError(f"shuffle={shuffle!r}: expected True or False")
         self.seed = _args.check_int("seed", seed, 0)
-        self.shuffle_window = _args.check_int("shuffle_window", shuffle_window, 1)
+        window = _args.check_window(shuffle_window)
         self.read_ahead = _args.check_int("read_ahead", read_ahead, 0)
         self.even = _args.check_even(even)
         self.shuffle = shuffle
@@ -123,6 +125,9 @@ class OutputDataset(torch.utils.data.IterableDataset):  # type: ignore[type-arg]
             (pi, ci) for pi, sizes in enumerate(per_part) for ci in range(len(sizes))
         )
         self._chunk_sizes: Tuple[int, ...] = tuple(n for sizes in per_part for n in sizes)
+        self.shuffle_window = (
+            window if window is not None else _args.auto_window(sum(p.size for p in parts), self.num_records)
+        )
         self._epoch = 0
         self._plan: Optional[List[Interval]] = None  # None: all of [0, N)
         self._resume: Optional[Dict[str, Any]] = None  # a worker state to resume at the next __iter__

@@ -1,0 +1,32 @@
+"""The default shuffle window: about 32 MB of stored parts, 1024..16384 records."""
+
+from pathlib import Path
+
+import numpy as np
+from data_testutil import ids, make_input
+from tdp_testutil import run_op
+
+from torchx_datapipes.data import OutputDataset
+from torchx_datapipes.data._args import WINDOW_BYTES, auto_window
+
+
+def test_auto_window_is_bounded_and_follows_record_size() -> None:
+    assert auto_window(200_000 * 2_000, 200_000) == 16384  # token rows: capped
+    assert auto_window(50_000 * 12_288, 50_000) == WINDOW_BYTES // 12_288  # images: ~2.7k
+    assert auto_window(1_000 * 10_000_000, 1_000) == 1024  # huge records: floor
+    assert auto_window(0, 0) == 16384
+
+
+def big(r: dict) -> dict:
+    return {"id": r["id"], "blob": np.random.default_rng(r["id"]).integers(0, 256, 40_000, dtype=np.uint8)}
+
+
+def test_default_window_comes_from_the_manifest_and_an_explicit_one_wins(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    run_op("transform", make_input(tmp_path, [1500, 1500]), out, "--output_format", "parquet", fn=big)
+    ds = OutputDataset(str(out), shuffle=True, seed=1)
+    size = sum(p.stat().st_size for p in out.glob("part-*.parquet"))
+    assert ds.shuffle_window == auto_window(size, 3000) < 16384
+    assert ds.state_dict()["shuffle_window"] == ds.shuffle_window
+    assert sorted(ids(list(ds))) == list(range(3000))
+    assert OutputDataset(str(out), shuffle=True, shuffle_window=5000).shuffle_window == 5000
