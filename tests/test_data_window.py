@@ -23,10 +23,10 @@ def big(r: dict) -> dict:
 
 def test_default_window_comes_from_the_manifest_and_an_explicit_one_wins(tmp_path: Path) -> None:
     out = tmp_path / "out"
-    run_op("transform", make_input(tmp_path, [1500, 1500]), out, "--output_format", "parquet", fn=big)
+    run_op("transform", make_input(tmp_path, [400, 400]), out, "--output_format", "parquet", fn=big)
     ds = OutputDataset(str(out), shuffle=True, seed=1)
     size = sum(p.stat().st_size for p in out.glob("part-*.parquet"))
-    assert ds.shuffle_window == auto_window(size, 3000) < 16384
+    assert ds.shuffle_window == auto_window(size, 800) < 16384
     assert ds.state_dict()["shuffle_window"] == ds.shuffle_window
-    assert sorted(ids(list(ds))) == list(range(3000))
+    assert sorted(ids(list(ds))) == list(range(800))
     assert OutputDataset(str(out), shuffle=True, shuffle_window=5000).shuffle_window == 5000
