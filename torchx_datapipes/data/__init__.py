@@ -1,0 +1,18 @@
+"""The training side: read a committed output (``OUT/_SUCCESS``) into PyTorch.
+
+- :class:`OutputDataset`: an ``IterableDataset`` sharded over ranks and DataLoader workers
+  (exactly once by default), shuffled per ``(seed, epoch)``, resumable mid-epoch with
+  ``StatefulDataLoader`` and elastically with :func:`merge_states`;
+- :class:`OutputMapDataset` (``OutputDataset.map_style(...)``): random access by index;
+- :class:`OutputNode` (``OutputDataset(...).node()``): a ``torchdata.nodes`` source.
+
+Non-goals: it reads only committed outputs of this package (no listing of arbitrary files),
+and does not write. See docs/reader.md.
+"""
+
+from torchx_datapipes.data._state import merge_states
+from torchx_datapipes.data.dataset import OutputDataset
+from torchx_datapipes.data.mapstyle import OutputMapDataset
+from torchx_datapipes.data.node import OutputNode
+
+__all__ = ["OutputDataset", "OutputMapDataset", "OutputNode", "merge_states"]

@@ -1,0 +1,45 @@
+"""Argument checks of :class:`OutputDataset`, each naming the value given and the accepted ones."""
+
+from typing import Any, Optional, Sequence, Tuple
+
+from torchx_datapipes.data._plan import EVEN_MODES
+
+
+def check_int(name: str, value: Any, minimum: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ValueError(f"{name}={value!r}: expected an int >= {minimum}")
+    return value
+
+
+def check_even(even: Any) -> str:
+    if even not in EVEN_MODES:
+        raise ValueError(
+            f"even={even!r}: expected one of {EVEN_MODES} ('none': every record once, ranks may differ"
+            " by one; 'pad': repeat records so ranks are equal; 'drop': drop the remainder)"
+        )
+    return str(even)
+
+
+def check_columns(columns: Optional[Sequence[str]]) -> Optional[Tuple[str, ...]]:
+    if columns is None:
+        return None
+    if isinstance(columns, str) or not all(isinstance(c, str) for c in columns):
+        raise ValueError(f"columns={columns!r}: expected a list of field names, e.g. ['tokens', 'label']")
+    return tuple(columns)
+
+
+def resolve_layout(rank: Optional[int], world_size: Optional[int]) -> Tuple[int, int]:
+    """``(rank, world_size)``: the explicit values, else torch.distributed's, else ``(0, 1)``."""
+    if (rank is None) != (world_size is None):
+        raise ValueError(f"rank={rank!r}, world_size={world_size!r}: give both or neither")
+    if rank is None or world_size is None:
+        import torch.distributed as dist
+
+        if dist.is_available() and dist.is_initialized():
+            return dist.get_rank(), dist.get_world_size()
+        return 0, 1
+    check_int("world_size", world_size, 1)
+    check_int("rank", rank, 0)
+    if rank >= world_size:
+        raise ValueError(f"rank={rank} with world_size={world_size}: expected 0 <= rank < world_size")
+    return rank, world_size

@@ -1,0 +1,107 @@
+"""The parts an :class:`OutputDataset` reads, from the committed manifest (``OUT/_SUCCESS``) alone.
+
+Nothing is listed or scanned: the part list, each part's record count, size and checksum come
+from the manifest's ``units`` (in unit order), so a reader knows its length before it reads a byte.
+"""
+
+from dataclasses import dataclass
+from typing import Any, Dict, List, Mapping, Optional, Tuple
+
+import orjson
+
+from torchx_datapipes.io.layout import SUCCESS
+
+FORMATS = ("jsonl", "parquet", "webdataset")
+
+
+@dataclass(frozen=True)
+class Part:
+    """One committed part file: its URL, relative path, size in bytes and record count."""
+
+    url: str
+    path: str
+    size: int
+    records: int
+
+
+def _read_success(url: str, storage_options: Optional[Mapping[str, Any]]) -> Dict[str, Any]:
+    from torchx_datapipes.data._files import read_small
+
+    target = f"{url.rstrip('/')}/{SUCCESS}"
+    try:
+        raw = read_small(target, storage_options)
+    except FileNotFoundError as e:
+        raise FileNotFoundError(
+            f"{target} does not exist: the job writing {url} has not committed (it is still running,"
+            " failed, or this is not an output directory). Wait for it to finish or rerun it; only"
+            " a committed output can be read."
+        ) from e
+    try:
+        data: Dict[str, Any] = orjson.loads(raw)
+    except orjson.JSONDecodeError as e:
+        raise ValueError(f"{target} is not valid JSON ({e}): the manifest is damaged; rerun the job") from e
+    return data
+
+
+def _check_op(url: str, manifest: Mapping[str, Any]) -> str:
+    op = manifest.get("op")
+    if op == "stats":
+        raise ValueError(
+            f"{url} is a stats output (a report of the input, not records): read it with"
+            " torchx_datapipes.stats, or point OutputDataset at a transform or split output"
+        )
+    if op not in ("transform", "split"):
+        raise ValueError(f"{url}/_SUCCESS has op {op!r}; OutputDataset reads 'transform' and 'split' outputs")
+    fmt = manifest.get("options", {}).get("output_format", "jsonl")
+    if fmt not in FORMATS:
+        raise ValueError(f"{url}: output_format {fmt!r} is not readable; readable formats: {FORMATS}")
+    return str(fmt)
+
+
+def _check_split(url: str, manifest: Mapping[str, Any], split: Optional[str]) -> None:
+    splits = sorted(manifest.get("splits", {}))
+    if manifest["op"] != "split":
+        if split is not None:
+            raise ValueError(
+                f"split={split!r} given, but {url} is a {manifest['op']} output without splits:"
+                " pass split=None"
+            )
+        return
+    if split is None:
+        raise ValueError(f"{url} is a split output: choose one with split=..., one of {splits}")
+    if split not in splits:
+        raise ValueError(f"split {split!r} does not exist in {url}; available splits: {splits}")
+
+
+def _unit_parts(url: str, unit: Mapping[str, Any], split: Optional[str]) -> List[Part]:
+    sizes = {f["path"]: int(f["size"]) for f in unit.get("files", [])}
+    outputs = list(unit.get("outputs", []))
+    if split is not None:
+        outputs = [p for p in outputs if p.startswith(f"{split}/")]
+        counts = [int(unit.get("counts", {}).get(split, 0))] * len(outputs)
+    else:
+        counts = [int(unit.get("records_out", 0))] * len(outputs)
+    if len(outputs) > 1:
+        raise ValueError(
+            f"{url}/_SUCCESS: unit {unit.get('unit')} has {len(outputs)} parts {outputs} for one"
+            " split; the per-part record counts are unknown, so this output cannot be read"
+        )
+    parts = []
+    for path, n in zip(outputs, counts):
+        if path not in sizes:
+            raise ValueError(f"{url}/_SUCCESS: part {path} has no 'files' entry (size); rerun the job")
+        parts.append(Part(f"{url.rstrip('/')}/{path}", path, sizes[path], n))
+    return parts
+
+
+def load_parts(
+    url: str, split: Optional[str], storage_options: Optional[Mapping[str, Any]] = None
+) -> Tuple[str, List[Part]]:
+    """``(output_format, parts in unit order)`` of the committed output at ``url``."""
+    manifest = _read_success(url, storage_options)
+    fmt = _check_op(url, manifest)
+    _check_split(url, manifest, split)
+    parts: List[Part] = []
+    for unit in manifest.get("units", []):
+        parts.extend(p for p in _unit_parts(url, unit, split) if p.records > 0)
+    return fmt, parts
