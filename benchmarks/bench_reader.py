@@ -13,8 +13,8 @@ parts. Write times are printed (copies are cached, so a second run reuses them a
 times of the run that wrote them).
 
 Every reader (:mod:`readerbench.readers`) is measured in this one process through
-``DataLoader(ds, batch_size=64, num_workers=2)`` (fork workers, set explicitly:
-``litdata.optimize`` switches the default start method to spawn), on a warm page cache (each copy
+``DataLoader(ds, batch_size=64, num_workers=2)`` (fork workers, set explicitly,
+since ``litdata.optimize`` sets the process's default start method), on a warm page cache (each copy
 was written or read before): records/s and MB/s of tensor payload over the whole pass, and the time
 to the first batch, both counted from building the dataset object (:mod:`readerbench.measure`).
 Every record is consumed and checked (count, each id once, sample values).

@@ -61,7 +61,7 @@ def run(
     s: Spec, method: str, make: Callable[[], Any], batch_size: int, num_workers: int, mp_context: str
 ) -> Result:
     """One pass of ``make()`` through a DataLoader with workers started by ``mp_context``
-    (explicit: ``litdata.optimize`` switches the process's default start method to spawn)."""
+    (explicit: ``litdata.optimize`` sets the process's default start method)."""
     t0 = time.perf_counter()
     ctx = mp_context if num_workers else None
     loader = DataLoader(make(), batch_size=batch_size, num_workers=num_workers, multiprocessing_context=ctx)
