@@ -1,13 +1,16 @@
 """Decoded values: Arrow columns and WebDataset members to torch tensors and Python values.
 
 Columns are converted whole (one numpy/torch call per column and chunk, never per value), then
-zipped into record dicts. Tensors are copied once per chunk out of Arrow's read-only buffers:
-``torch.from_numpy`` of a read-only array warns (torch tensors are always writable), and a
-writable view of a buffer that pyarrow may share would let a training step corrupt it.
+zipped into record dicts. Fixed-shape numeric tensor columns without nulls are zero-copy: the
+chunk's Arrow buffer becomes one torch tensor through DLPack (``torch.from_numpy`` of Arrow's
+read-only numpy view would warn), and each record gets a row view of it. The buffer belongs to
+this chunk's read alone, so nothing else sees a write to it. Bool (bit-packed in Arrow), columns
+with nulls, and the variable layout are converted with a copy.
 """
 
 import io
-from typing import Any, Dict, List, Optional, Sequence
+from dataclasses import dataclass
+from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
 
 import numpy as np
 import orjson
@@ -24,9 +27,29 @@ def _tensor(a: np.ndarray) -> torch.Tensor:
     return torch.from_numpy(a if a.flags.writeable else a.copy())
 
 
+def _zero_copy(arr: pa.Array) -> Optional[torch.Tensor]:
+    """One chunk of a fixed-shape column as a ``(N, *shape)`` tensor sharing Arrow's buffer, or None."""
+    t = arr.type
+    if arr.null_count or pa.types.is_boolean(t.value_type):
+        return None
+    size = t.storage_type.list_size
+    values = arr.storage.values.slice(arr.offset * size, len(arr) * size)
+    if values.null_count:
+        return None
+    try:
+        flat = torch.from_dlpack(values)
+    except (BufferError, TypeError, ValueError, RuntimeError):
+        return None
+    return flat.reshape(len(arr), *t.shape)
+
+
 def _fixed(col: pa.ChunkedArray) -> List[Any]:
-    nd = column_to_numpy(col)
-    rows: List[Any] = list(_tensor(np.ascontiguousarray(nd)).unbind(0))
+    rows: List[Any] = []
+    for arr in col.chunks:  # per Arrow chunk: combining them would copy
+        whole = _zero_copy(arr)
+        if whole is None:
+            whole = _tensor(np.ascontiguousarray(column_to_numpy(arr)))
+        rows.extend(whole.unbind(0))
     if col.null_count:
         for i in np.flatnonzero(np.asarray(col.is_null())):
             rows[i] = None
@@ -44,12 +67,35 @@ def column_values(col: pa.ChunkedArray) -> List[Any]:
     return values
 
 
+@dataclass(frozen=True)
+class Columns:
+    """A chunk's records as columns: ``names`` and one list of values per name.
+
+    Records are made from it only when served (``records``), so a chunk read ahead holds one
+    object per value, not one dict per record as well (fewer objects for the garbage collector).
+    """
+
+    names: Tuple[str, ...]
+    values: Tuple[List[Any], ...]
+    num_rows: int
+
+    def take(self, rows: Sequence[int]) -> "Columns":
+        return Columns(self.names, tuple([col[r] for r in rows] for col in self.values), len(rows))
+
+    def records(self) -> Iterator[Dict[str, Any]]:
+        names = self.names
+        if not names:
+            return iter([{} for _ in range(self.num_rows)])
+        return (dict(zip(names, vals)) for vals in zip(*self.values))
+
+
+def table_columns(table: pa.Table) -> Columns:
+    cols = tuple(column_values(table.column(i)) for i in range(table.num_columns))
+    return Columns(tuple(table.column_names), cols, table.num_rows)
+
+
 def table_records(table: pa.Table) -> List[Dict[str, Any]]:
-    names = table.column_names
-    cols = [column_values(table.column(i)) for i in range(table.num_columns)]
-    if not cols:
-        return [{} for _ in range(table.num_rows)]
-    return [dict(zip(names, row)) for row in zip(*cols)]
+    return list(table_columns(table).records())
 
 
 def member_field(suffix: str) -> str:

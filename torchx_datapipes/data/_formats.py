@@ -7,17 +7,25 @@ one sequential read of the part on first use, cached per process (never pickled)
 
 import tarfile
 from dataclasses import dataclass
-from typing import Any, Dict, List, Mapping, Optional, Protocol, Sequence, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Protocol, Sequence, Tuple, Union
 
 import numpy as np
 import orjson
 
 from torchx_datapipes.data import _files
-from torchx_datapipes.data._decode import member_field, member_value, project, table_records
+from torchx_datapipes.data._decode import (
+    Columns,
+    member_field,
+    member_value,
+    project,
+    table_columns,
+    table_records,
+)
 from torchx_datapipes.data._parts import Part
 
 CHUNK_RECORDS = 4096
 Record = Dict[str, Any]
+Chunk = Union[List[Record], Columns]  # records (JSON Lines, tar) or columns (Parquet)
 
 
 @dataclass(frozen=True)
@@ -29,7 +37,7 @@ class ReadOptions:
 
 class PartFormat(Protocol):
     def chunk_sizes(self, part: Part, opts: ReadOptions) -> List[int]: ...
-    def read_chunk(self, part: Part, chunk: int, opts: ReadOptions) -> List[Record]: ...
+    def read_chunk(self, part: Part, chunk: int, opts: ReadOptions) -> Chunk: ...
     def read_rows(self, part: Part, rows: Sequence[int], opts: ReadOptions) -> List[Record]: ...
 
 
@@ -84,8 +92,8 @@ class ParquetFormat:
             pf = pq.ParquetFile(f, metadata=self._meta(part, opts))
             return pf.read_row_groups(groups, columns=cols)
 
-    def read_chunk(self, part: Part, chunk: int, opts: ReadOptions) -> List[Record]:
-        return table_records(self._read(part, [chunk], opts))
+    def read_chunk(self, part: Part, chunk: int, opts: ReadOptions) -> Chunk:
+        return table_columns(self._read(part, [chunk], opts))
 
     def read_rows(self, part: Part, rows: Sequence[int], opts: ReadOptions) -> List[Record]:
         starts = np.concatenate([[0], np.cumsum(self.chunk_sizes(part, opts))])

@@ -11,7 +11,8 @@ import numpy as np
 import torch.utils.data
 
 from torchx_datapipes.data import _args
-from torchx_datapipes.data._formats import ParquetFormat, ReadOptions, Record, part_format
+from torchx_datapipes.data._decode import Columns
+from torchx_datapipes.data._formats import Chunk, ParquetFormat, ReadOptions, Record, part_format
 from torchx_datapipes.data._order import EpochOrder
 from torchx_datapipes.data._parts import Part, load_parts
 from torchx_datapipes.data._plan import Interval, pieces, plan_len, rank_span, split_span
@@ -28,6 +29,20 @@ PAD_FIELD = "__pad__"
 def _worker() -> Tuple[int, int]:
     info = torch.utils.data.get_worker_info()
     return (0, 1) if info is None else (info.id, info.num_workers)
+
+
+def _gather(cache: Mapping[int, Chunk], chunk_ids: List[int], rows: List[int]) -> Chunk:
+    """The records at ``(chunk_ids[k], rows[k])``, in that order."""
+    first = cache[chunk_ids[0]]
+    if isinstance(first, Columns):
+        if len(cache) == 1:
+            return first.take(rows)
+        cols = tuple(
+            [cache[c].values[k][r] for c, r in zip(chunk_ids, rows)]  # type: ignore[union-attr]
+            for k in range(len(first.names))
+        )
+        return Columns(first.names, cols, len(rows))
+    return [cache[c][r] for c, r in zip(chunk_ids, rows)]  # type: ignore[index]
 
 
 def check_columns_exist(fmt: str, parts: Sequence[Part], opts: ReadOptions) -> None:
@@ -153,30 +168,29 @@ class OutputDataset(torch.utils.data.IterableDataset):  # type: ignore[type-arg]
             window=self.shuffle_window,
         )
         todo = pieces(plan, start, e)
-        for batch in read_ahead(lambda: self._segments(order, todo), self.read_ahead):
-            for rec in batch:
+        for segment, pad in read_ahead(lambda: self._segments(order, todo), self.read_ahead):
+            recs = segment.records() if isinstance(segment, Columns) else iter(segment)
+            for rec in recs:
+                if self.even == "pad":
+                    rec = {**rec, PAD_FIELD: pad}
                 self._yielded += 1
                 yield rec
 
-    def _segments(self, order: EpochOrder, todo: List[Tuple[int, int, bool]]) -> Iterator[List[Record]]:
+    def _segments(self, order: EpochOrder, todo: List[Tuple[int, int, bool]]) -> Iterator[Tuple[Chunk, bool]]:
+        """Each segment's records (or columns) in epoch order, with its pad flag."""
         fmt = part_format(self._format)
-        cache: Dict[int, List[Record]] = {}
+        cache: Dict[int, Chunk] = {}
         for a, b, pad in todo:
             for sa, sb in order.segments(a, b):
                 chunk_ids, rows = order.locate(sa, sb)
-                cache = {
-                    c: cache[c] if c in cache else self._read_chunk(fmt, c)
-                    for c in np.unique(chunk_ids).tolist()
-                }
-                recs = [cache[c][r] for c, r in zip(chunk_ids.tolist(), rows.tolist())]
-                if self.even == "pad":
-                    recs = [{**rec, PAD_FIELD: pad} for rec in recs]
-                yield recs
+                needed = np.unique(chunk_ids).tolist()
+                cache = {c: cache[c] if c in cache else self._read_chunk(fmt, c) for c in needed}
+                yield _gather(cache, chunk_ids.tolist(), rows.tolist()), pad
 
-    def _read_chunk(self, fmt: Any, chunk: int) -> List[Record]:
+    def _read_chunk(self, fmt: Any, chunk: int) -> Chunk:
         pi, ci = self._chunks[chunk]
-        recs: List[Record] = fmt.read_chunk(self._parts[pi], ci, self._opts)
-        return recs
+        out: Chunk = fmt.read_chunk(self._parts[pi], ci, self._opts)
+        return out
 
     # ---- state ---------------------------------------------------------------------------
 
