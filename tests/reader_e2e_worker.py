@@ -15,7 +15,6 @@ RESULTS CKPT``: every rank writes ``RESULTS/PHASE-rank<r>.json``; the test asser
 from __future__ import annotations
 
 import json
-import os
 import pickle
 import sys
 from datetime import timedelta
@@ -26,9 +25,9 @@ import torch
 import torch.distributed as dist
 from torch.utils.data import DataLoader
 from torchdata.stateful_dataloader import StatefulDataLoader
-from torchx_datapipes.data import OutputDataset, merge_states
 
 import torchx_datapipes
+from torchx_datapipes.data import OutputDataset, merge_states
 
 SPLIT = "train"
 SEED = 3  # shuffle seed of the resume and elastic runs
@@ -46,13 +45,15 @@ def epoch_ids(out: str, *, nw: int = 2, epoch: int = 0, **kw: Any) -> list[int]:
 
 
 def uneven(out: str, even: str, shuffle: bool) -> dict[str, Any]:
+    """``(id, __pad__)`` in loader order, and whether every batch had the ``__pad__`` field."""
     ds = OutputDataset(out, SPLIT, even=even, shuffle=shuffle, seed=0)
-    recs = [
-        (int(i), bool(p))
-        for batch in DataLoader(ds, batch_size=4, num_workers=2)
-        for i, p in zip(batch["id"], batch.get("__pad__", torch.zeros(len(batch["id"]), dtype=torch.bool)))
-    ]
-    return {"len": len(ds), "records": recs, "has_pad_field": even == "pad"}
+    recs: list[tuple[int, bool]] = []
+    flagged: list[bool] = []
+    for batch in DataLoader(ds, batch_size=4, num_workers=2):
+        flagged.append("__pad__" in batch)
+        pads = batch.get("__pad__", torch.zeros(len(batch["id"]), dtype=torch.bool))
+        recs += [(int(i), bool(p)) for i, p in zip(batch["id"], pads)]
+    return {"len": len(ds), "records": recs, "pad_field": sorted(set(flagged))}
 
 
 def stop_after(loader: Any, n_batches: int) -> tuple[list[int], dict[str, Any]]:
@@ -167,5 +168,4 @@ def main(argv: list[str]) -> None:
 
 
 if __name__ == "__main__":
-    os.environ.setdefault("OMP_NUM_THREADS", "1")
     main(sys.argv[1:])

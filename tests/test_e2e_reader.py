@@ -82,6 +82,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
 def test_the_output_and_the_package_under_test(runs: dict[str, Any]) -> None:
     n = len(runs["train"])
     assert n == runs["manifest"]["splits"]["train"] and n % 4 != 0, n
+    assert n % 2 == 1, n  # so that "pad" and "drop" have something to pad and drop on 2 ranks
     assert sorted(runs["train"]) == sorted(set(runs["train"]))
     for launch_ in ("w2", "w1", "w2b"):
         for rank, res in runs[launch_].items():
@@ -107,21 +108,33 @@ def test_even_none_is_exactly_once_per_epoch_and_shuffled(runs: dict[str, Any]) 
 def test_pad_and_drop_give_equal_counts_with_the_documented_records(
     runs: dict[str, Any], shuffle: str
 ) -> None:
+    """n is odd: "pad" repeats the plan's first position on rank 1, "drop" drops its last one.
+    Rank spans are contiguous in the epoch order, so with the same seed and epoch, rank r's set
+    in "pad"/"drop" mode follows from its set in "none" mode (``none_e0``, seed 0, epoch 0)."""
     w2, order = runs["w2"], runs["train"]
-    n = len(order)
+    n, half = len(order), len(order) // 2
     pad = [w2[r][f"pad_{shuffle}"] for r in (0, 1)]
-    assert [p["len"] for p in pad] == [len(p["records"]) for p in pad] == [-(-n // 2)] * 2
-    real = [i for p in pad for i, is_pad in p["records"] if not is_pad]
-    padded = [i for p in pad for i, is_pad in p["records"] if is_pad]
-    assert sorted(real) == sorted(order) and len(padded) == -(-n // 2) * 2 - n == 1
     drop = [w2[r][f"drop_{shuffle}"] for r in (0, 1)]
-    assert [d["len"] for d in drop] == [len(d["records"]) for d in drop] == [n // 2] * 2
-    kept = [i for d in drop for i, is_pad in d["records"] if not is_pad]
-    assert len(kept) == len(set(kept)) == n - 1 and set(kept) <= set(order)
+    assert [p["len"] for p in pad] == [len(p["records"]) for p in pad] == [half + 1] * 2
+    assert [d["len"] for d in drop] == [len(d["records"]) for d in drop] == [half] * 2
+    assert [p["pad_field"] for p in pad] == [[True]] * 2 and [d["pad_field"] for d in drop] == [[False]] * 2
+    real = [[i for i, is_pad in p["records"] if not is_pad] for p in pad]
+    padded = [[i for i, is_pad in p["records"] if is_pad] for p in pad]
+    assert sorted(real[0] + real[1]) == sorted(order) and padded[0] == [] and len(padded[1]) == 1
+    kept = [[i for i, _ in d["records"]] for d in drop]
+    assert len(set(kept[0] + kept[1])) == len(kept[0] + kept[1]) == n - 1
     if shuffle == "ordered":  # the epoch order is the part order: the documented records exactly
-        assert padded == order[:1]  # the plan's first position is repeated
-        assert set(order) - set(kept) == {order[-1]}  # the plan's last position is dropped
-        assert sorted(i for i, _ in pad[0]["records"]) == sorted(order[: -(-n // 2)])  # contiguous spans
+        assert padded[1] == order[:1] and sorted(real[0]) == sorted(order[: half + 1])
+        assert set(order) - set(kept[0] + kept[1]) == {order[-1]}
+        assert sorted(kept[0]) == sorted(order[:half])
+    else:
+        none = [set(w2[r]["none_e0"]) for r in (0, 1)]
+        assert padded[1] == w2[0]["none_e0"][:1]  # position 0: worker 0's first record on rank 0
+        assert set(real[0]) == none[0] and set(real[1]) == none[1]
+        moved = none[0] - set(kept[0])  # position `half`: rank 0's last in "none", rank 1's first
+        assert len(moved) == 1 and set(kept[0]) <= none[0]
+        dropped = none[1] - set(kept[1])  # position n - 1
+        assert len(dropped) == 1 and set(kept[1]) == (none[1] - dropped) | moved
 
 
 def test_stateful_dataloader_resumes_mid_epoch_in_the_uninterrupted_order(runs: dict[str, Any]) -> None:

@@ -41,14 +41,14 @@ class Result:
         return self.payload_mb / self.seconds if self.seconds else 0.0
 
 
-def _check(s: Spec, n: int, ids: np.ndarray, samples: list[tuple[int, np.ndarray]]) -> str:
+def _check(s: Spec, want: int, n: int, ids: np.ndarray, samples: list[tuple[int, np.ndarray]]) -> str:
     problems = []
-    if n != s.records:
-        problems.append(f"{n} records, expected {s.records}")
-    if ids.size and (ids.min() < 0 or ids.max() >= s.records):
-        problems.append("ids out of range")
+    if n != want:
+        problems.append(f"{n} records, expected {want}")
+    if ids.size and (ids.min() < 0 or ids.max() >= want):
+        problems.append(f"ids out of range [0, {want})")
     else:
-        counts = np.bincount(ids, minlength=s.records)
+        counts = np.bincount(ids, minlength=want)
         if (counts != 1).any():
             problems.append(f"{int((counts == 0).sum())} ids missing, {int((counts > 1).sum())} repeated")
     for i, arr in samples:
@@ -58,10 +58,17 @@ def _check(s: Spec, n: int, ids: np.ndarray, samples: list[tuple[int, np.ndarray
 
 
 def run(
-    s: Spec, method: str, make: Callable[[], Any], batch_size: int, num_workers: int, mp_context: str
+    s: Spec,
+    method: str,
+    make: Callable[[], Any],
+    batch_size: int,
+    num_workers: int,
+    mp_context: str,
+    want: int | None = None,
 ) -> Result:
-    """One pass of ``make()`` through a DataLoader with workers started by ``mp_context``
-    (explicit: ``litdata.optimize`` sets the process's default start method)."""
+    """One pass of ``make()`` (ids ``0 .. want-1``; default: all records) through a DataLoader
+    with workers started by ``mp_context`` (explicit: ``litdata.optimize`` sets the process's
+    default start method)."""
     t0 = time.perf_counter()
     ctx = mp_context if num_workers else None
     loader = DataLoader(make(), batch_size=batch_size, num_workers=num_workers, multiprocessing_context=ctx)
@@ -82,6 +89,6 @@ def run(
     if batch is not None:
         samples.append((int(batch["id"][0]), batch[s.tensor][0].numpy().copy()))
     all_ids = torch.cat(ids).numpy() if ids else np.zeros(0, dtype=np.int64)
-    check = _check(s, n, all_ids.astype(np.int64), samples)
+    check = _check(s, s.records if want is None else want, n, all_ids.astype(np.int64), samples)
     mb = n * s.payload_bytes / 1e6
     return Result(s.name, method, n, seconds, first if first is not None else seconds, mb, check)

@@ -8,7 +8,11 @@ Every reader is handed to the same ``DataLoader(ds, batch_size, num_workers)`` (
   asks for batches of indices in order; ``datasets`` serves them with ``__getitems__``).
 - ``hf-iter``: the same, ``to_iterable_dataset(num_shards=parts)`` then ``with_format("torch")``.
 - ``ours``: ``OutputDataset(OUT)`` (shuffle off); ``ours-shuffle``: ``shuffle=True, seed=0``;
-  ``ours-map``: ``OutputDataset.map_style(OUT)`` (map-style, indices in order, like ``hf-map``).
+  ``ours-map``: ``OutputDataset.map_style(OUT)`` (map-style, indices in order, like ``hf-map``),
+  over the first ``map_limit`` indices only (``torch.utils.data.Subset``, which passes whole
+  batches to ``__getitems__``): each batch reads the whole row groups that hold its rows (a
+  Parquet row group is the smallest unit Parquet can decode), i.e. ~25k token or ~6k image
+  records per 64-record batch, so a full pass would take many minutes.
 """
 
 from __future__ import annotations
@@ -18,7 +22,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
-from torch.utils.data import IterableDataset, get_worker_info
+from torch.utils.data import IterableDataset, Subset, get_worker_info
 
 from .data import Copies
 
@@ -77,13 +81,22 @@ def _ours(**kw: Any) -> Callable[[Copies], Any]:
     return make
 
 
-def _ours_map(c: Copies) -> Any:
-    from torchx_datapipes.data import OutputDataset
+def _ours_map(limit: int) -> Callable[[Copies], Any]:
+    def make(c: Copies) -> Any:
+        from torchx_datapipes.data import OutputDataset
 
-    return OutputDataset.map_style(str(c.ours))
+        ds = OutputDataset.map_style(str(c.ours))
+        return Subset(ds, range(limit)) if limit < len(ds) else ds
+
+    return make
 
 
-def build(method: str, c: Copies, parts: int) -> Any:
+def expected_records(method: str, records: int, map_limit: int) -> int:
+    """How many records (ids ``0 .. n-1``) a pass of ``method`` yields."""
+    return min(records, map_limit) if method == "ours-map" else records
+
+
+def build(method: str, c: Copies, parts: int, map_limit: int) -> Any:
     """The dataset object of ``method`` for the copies ``c``."""
     makers: dict[str, Callable[[Copies], Any]] = {
         "pyarrow": lambda c: PlainParquet(c.parquet_parts()),
@@ -92,6 +105,6 @@ def build(method: str, c: Copies, parts: int) -> Any:
         "hf-iter": lambda c: _hf(c).to_iterable_dataset(num_shards=parts).with_format("torch"),
         "ours": _ours(),
         "ours-shuffle": _ours(shuffle=True, seed=0),
-        "ours-map": _ours_map,
+        "ours-map": _ours_map(map_limit),
     }
     return makers[method](c)
