@@ -82,6 +82,9 @@ def test_size_mismatch_is_refused_naming_the_file(tmp_path: Path) -> None:
         ({"rank": 0}, r"give both or neither"),
         ({"rank": 0, "world_size": 0}, r"world_size=0"),
         ({"columns": "id"}, r"columns='id': expected a list of field names"),
+        ({"storage_options": "anon"}, r"storage_options='anon': expected a dict of fsspec options"),
+        ({"cache_dir": ""}, r"cache_dir='': expected a local directory path"),
+        ({"split": 3}, r"split=3: expected a split name"),
     ],
 )
 def test_bad_arguments(out: str, kwargs: Any, match: str) -> None:
@@ -103,3 +106,51 @@ def test_bad_epoch_and_repr(out: str) -> None:
     with pytest.raises(ValueError, match="epoch=-1"):
         ds.set_epoch(-1)
     assert "51 records" in repr(ds) and "51 records" in repr(ds.map_style(out))
+
+
+def drop_all(r: Any) -> None:
+    return None
+
+
+def test_empty_output_has_no_records(tmp_path: Path) -> None:
+    from data_testutil import make_input
+    from tdp_testutil import run_op
+
+    run_op("transform", make_input(tmp_path, [5]), tmp_path / "o", "--output_format", "parquet", fn=drop_all)
+    for even in ("none", "pad", "drop"):
+        ds = OutputDataset(str(tmp_path / "o"), shuffle=True, even=even, rank=1, world_size=2)
+        assert (ds.num_records, len(ds), list(ds)) == (0, 0, [])
+    assert len(OutputMapDataset(str(tmp_path / "o"))) == 0
+
+
+def test_rank_and_world_size_default_to_the_process_group(
+    out: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import torch.distributed as dist
+
+    assert (OutputDataset(out).rank, OutputDataset(out).world_size) == (0, 1)  # no process group
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path}/pg", rank=0, world_size=1)
+    try:
+        ds = OutputDataset(out)
+        assert (ds.rank, ds.world_size) == (0, 1)
+        monkeypatch.setattr(dist, "get_rank", lambda: 2)  # as rank 2 of a 4-rank group would see
+        monkeypatch.setattr(dist, "get_world_size", lambda: 4)
+        ds = OutputDataset(out)
+        assert (ds.rank, ds.world_size, len(ds)) == (2, 4, 13)
+        assert OutputDataset(out, rank=1, world_size=3).world_size == 3  # explicit values win
+    finally:
+        dist.destroy_process_group()
+
+
+def test_parquet_without_pyarrow_gives_the_install_hint(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import sys
+
+    out = transform_output(tmp_path, [3], "parquet")
+    jsonl = transform_output(tmp_path / "j", [3], "jsonl")
+    monkeypatch.setitem(sys.modules, "pyarrow", None)  # as if the [parquet] extra were not installed
+    monkeypatch.setitem(sys.modules, "pyarrow.parquet", None)
+    with pytest.raises(ImportError, match=r"pip install 'torchx-datapipes\[parquet\]'"):
+        OutputDataset(out)
+    assert len(list(OutputDataset(jsonl))) == 3  # JSON Lines and tar need no pyarrow

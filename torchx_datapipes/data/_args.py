@@ -1,8 +1,19 @@
 """Argument checks of :class:`OutputDataset`, each naming the value given and the accepted ones."""
 
-from typing import Any, Optional, Sequence, Tuple
+from typing import Any, Mapping, Optional, Sequence, Tuple
 
 from torchx_datapipes.data._plan import EVEN_MODES
+
+
+def check_location(url: Any, split: Any, storage_options: Any, cache_dir: Any) -> None:
+    if not isinstance(url, str) or not url:
+        raise ValueError(f"url={url!r}: expected the output directory, a path or fsspec URL (s3://...)")
+    if split is not None and (not isinstance(split, str) or not split):
+        raise ValueError(f"split={split!r}: expected a split name such as 'train', or None")
+    if storage_options is not None and not isinstance(storage_options, Mapping):
+        raise ValueError(f"storage_options={storage_options!r}: expected a dict of fsspec options, or None")
+    if cache_dir is not None and (not isinstance(cache_dir, str) or not cache_dir):
+        raise ValueError(f"cache_dir={cache_dir!r}: expected a local directory path, or None")
 
 
 def check_int(name: str, value: Any, minimum: int) -> int:

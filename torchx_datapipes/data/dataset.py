@@ -5,25 +5,30 @@ mid-epoch and elastic resume). The object holds plain data only (parts, chunk si
 never an open file or filesystem, so DataLoader workers of every start method can unpickle it.
 """
 
+from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 import torch.utils.data
 
-from torchx_datapipes.data import _args
+from torchx_datapipes.data import _args, _parquet
 from torchx_datapipes.data._decode import Columns
-from torchx_datapipes.data._formats import Chunk, ParquetFormat, ReadOptions, Record, part_format
+from torchx_datapipes.data._formats import Chunk, PartFormat, ReadOptions, Record, part_format
 from torchx_datapipes.data._order import EpochOrder
+from torchx_datapipes.data._parquet import ParquetFormat
 from torchx_datapipes.data._parts import Part, load_parts
 from torchx_datapipes.data._plan import Interval, pieces, plan_len, rank_span, split_span
 from torchx_datapipes.data._prefetch import read_ahead
 from torchx_datapipes.data._state import EPOCH_KEYS, VERSION, plan_from_json, plan_to_json
+from torchx_datapipes.data._streams import ChunkStream, OpenStream, gather
 
 if TYPE_CHECKING:
     from torchx_datapipes.data.mapstyle import OutputMapDataset
     from torchx_datapipes.data.node import OutputNode
 
 PAD_FIELD = "__pad__"
+Todo = List[Tuple[int, int, bool]]  # (first position, end position, is padding)
+Segments = Iterator[Tuple[Chunk, bool]]
 
 
 def _worker() -> Tuple[int, int]:
@@ -43,6 +48,14 @@ def _gather(cache: Mapping[int, Chunk], chunk_ids: List[int], rows: List[int]) -
         )
         return Columns(first.names, cols, len(rows))
     return [cache[c][r] for c, r in zip(chunk_ids, rows)]  # type: ignore[index]
+
+
+def all_chunk_sizes(fmt: PartFormat, parts: Sequence[Part], opts: ReadOptions) -> List[List[int]]:
+    """Each part's chunk sizes; Parquet footers are fetched by a few threads (remote latency)."""
+    if len(parts) <= 1:
+        return [fmt.chunk_sizes(p, opts) for p in parts]
+    with ThreadPoolExecutor(max_workers=min(8, len(parts)), thread_name_prefix="tdp-footers") as pool:
+        return list(pool.map(lambda p: fmt.chunk_sizes(p, opts), parts))
 
 
 def check_columns_exist(fmt: str, parts: Sequence[Part], opts: ReadOptions) -> None:
@@ -91,6 +104,7 @@ class OutputDataset(torch.utils.data.IterableDataset):  # type: ignore[type-arg]
         read_ahead: int = 2,
     ) -> None:
         super().__init__()
+        _args.check_location(url, split, storage_options, cache_dir)
         if not isinstance(shuffle, bool):
             raise ValueError(f"shuffle={shuffle!r}: expected True or False")
         self.seed = _args.check_int("seed", seed, 0)
@@ -104,11 +118,11 @@ class OutputDataset(torch.utils.data.IterableDataset):  # type: ignore[type-arg]
         self._format, parts = load_parts(url, split, storage_options)
         self._parts: Tuple[Part, ...] = tuple(parts)
         check_columns_exist(self._format, parts, self._opts)
-        fmt = part_format(self._format)
+        per_part = all_chunk_sizes(part_format(self._format), parts, self._opts)
         self._chunks: Tuple[Tuple[int, int], ...] = tuple(
-            (pi, ci) for pi, p in enumerate(parts) for ci in range(len(fmt.chunk_sizes(p, self._opts)))
+            (pi, ci) for pi, sizes in enumerate(per_part) for ci in range(len(sizes))
         )
-        self._chunk_sizes: Tuple[int, ...] = tuple(n for p in parts for n in fmt.chunk_sizes(p, self._opts))
+        self._chunk_sizes: Tuple[int, ...] = tuple(n for sizes in per_part for n in sizes)
         self._epoch = 0
         self._plan: Optional[List[Interval]] = None  # None: all of [0, N)
         self._resume: Optional[Dict[str, Any]] = None  # a worker state to resume at the next __iter__
@@ -176,9 +190,12 @@ class OutputDataset(torch.utils.data.IterableDataset):  # type: ignore[type-arg]
                 self._yielded += 1
                 yield rec
 
-    def _segments(self, order: EpochOrder, todo: List[Tuple[int, int, bool]]) -> Iterator[Tuple[Chunk, bool]]:
+    def _segments(self, order: EpochOrder, todo: Todo) -> Segments:
         """Each segment's records (or columns) in epoch order, with its pad flag."""
         fmt = part_format(self._format)
+        if hasattr(fmt, "stream_chunk"):
+            yield from self._streamed(fmt, order, todo)
+            return
         cache: Dict[int, Chunk] = {}
         for a, b, pad in todo:
             for sa, sb in order.segments(a, b):
@@ -186,6 +203,32 @@ class OutputDataset(torch.utils.data.IterableDataset):  # type: ignore[type-arg]
                 needed = np.unique(chunk_ids).tolist()
                 cache = {c: cache[c] if c in cache else self._read_chunk(fmt, c) for c in needed}
                 yield _gather(cache, chunk_ids.tolist(), rows.tolist()), pad
+
+    def _streamed(
+        self, fmt: Any, order: EpochOrder, todo: List[Tuple[int, int, bool]]
+    ) -> Iterator[Tuple[Chunk, bool]]:
+        """As ``_segments``, decoding chunks progressively (Parquet): see ``_streams.py``."""
+        streams: Dict[int, ChunkStream] = {}
+        try:
+            for a, b, pad in todo:
+                for sa, sb in order.segments(a, b):
+                    step = sb - sa if self.shuffle else _parquet.STREAM_ROWS  # in order: serve as decoded
+                    for ca in range(sa, sb, step):
+                        chunk_ids, rows = order.locate(ca, min(ca + step, sb))
+                        for c in np.unique(chunk_ids).tolist():
+                            if c not in streams:
+                                streams[c] = ChunkStream(
+                                    self._opener(fmt, c), int(rows[chunk_ids == c].min())
+                                )
+                        yield gather(streams, chunk_ids, rows), pad
+        finally:
+            for st in streams.values():
+                st.close()
+
+    def _opener(self, fmt: Any, chunk: int) -> OpenStream:
+        pi, ci = self._chunks[chunk]
+        part, size = self._parts[pi], self._chunk_sizes[chunk]
+        return lambda start: fmt.stream_chunk(part, ci, start, size, self._opts)
 
     def _read_chunk(self, fmt: Any, chunk: int) -> Chunk:
         pi, ci = self._chunks[chunk]

@@ -30,6 +30,7 @@ class OutputMapDataset(torch.utils.data.Dataset):  # type: ignore[type-arg]
     ) -> None:
         from torchx_datapipes.data.dataset import check_columns_exist
 
+        _args.check_location(url, split, storage_options, cache_dir)
         self.url, self.split = url, split
         self._opts = ReadOptions(storage_options, cache_dir, _args.check_columns(columns))
         self._format, parts = load_parts(url, split, storage_options)
