@@ -48,8 +48,8 @@ def test_tiny_run_checks_every_reader(tmp_path: Path) -> None:
         )
         assert r["check"] == "ok" and r["records"] == want, r
         assert 0 < r["first_batch_s"] <= r["seconds"] and r["records_per_s"] > 0
-    assert set(doc["write_s"]["images"]) == {"ours", "litdata", "hf"}
-    assert len(doc["targets"]) == 4 and "| tokens | ours |" in res.stdout
+    assert set(doc["write_s"]["images"]) == {"ours", "ours-wds", "litdata", "hf"}
+    assert len(doc["targets"]) == 6 and "| tokens | ours |" in res.stdout
 
 
 def test_targets_are_judged_against_the_best_reference_and_pyarrow() -> None:

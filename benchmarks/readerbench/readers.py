@@ -13,6 +13,8 @@ Every reader is handed to the same ``DataLoader(ds, batch_size, num_workers)`` (
   batches to ``__getitems__``): each batch reads the whole row groups that hold its rows (a
   Parquet row group is the smallest unit Parquet can decode), i.e. ~25k token or ~6k image
   records per 64-record batch, so a full pass would take many minutes.
+- ``ours-wds``: ``OutputDataset`` over our ``--output_format webdataset`` copy (tensors as
+  ``.npy`` tar members: no Parquet list decoding).
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from torch.utils.data import IterableDataset, Subset, get_worker_info
 
 from .data import Copies
 
-METHODS = ("pyarrow", "litdata", "hf-map", "hf-iter", "ours", "ours-shuffle", "ours-map")
+METHODS = ("pyarrow", "litdata", "hf-map", "hf-iter", "ours", "ours-shuffle", "ours-map", "ours-wds")
 BATCH_ROWS = 4096  # rows per pyarrow batch of the plain reader
 
 
@@ -72,11 +74,11 @@ def _litdata(c: Copies) -> Any:
     return StreamingDataset(str(c.litdata))
 
 
-def _ours(**kw: Any) -> Callable[[Copies], Any]:
+def _ours(wds: bool = False, **kw: Any) -> Callable[[Copies], Any]:
     def make(c: Copies) -> Any:
         from torchx_datapipes.data import OutputDataset
 
-        return OutputDataset(str(c.ours), **kw)
+        return OutputDataset(str(c.ours_wds if wds else c.ours), **kw)
 
     return make
 
@@ -106,5 +108,6 @@ def build(method: str, c: Copies, parts: int, map_limit: int) -> Any:
         "ours": _ours(),
         "ours-shuffle": _ours(shuffle=True, seed=0),
         "ours-map": _ours_map(map_limit),
+        "ours-wds": _ours(wds=True),
     }
     return makers[method](c)
