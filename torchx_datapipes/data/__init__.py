@@ -4,7 +4,9 @@
   (exactly once by default), shuffled per ``(seed, epoch)``, resumable mid-epoch with
   ``StatefulDataLoader`` and elastically with :func:`merge_states`;
 - :class:`OutputMapDataset` (``OutputDataset.map_style(...)``): random access by index;
-- :class:`OutputNode` (``OutputDataset(...).node()``): a ``torchdata.nodes`` source.
+- :class:`OutputNode` (``OutputDataset(...).node()``): a ``torchdata.nodes`` source;
+- :func:`hf_features`: the HF ``datasets.Features`` for ``load_dataset("parquet")`` of an output
+  with tensor columns (HF has no ``arrow.fixed_shape_tensor``).
 
 Non-goals: it reads only committed outputs of this package (no listing of arbitrary files),
 and does not write. See docs/reader.md.
@@ -12,7 +14,8 @@ and does not write. See docs/reader.md.
 
 from torchx_datapipes.data._state import merge_states
 from torchx_datapipes.data.dataset import OutputDataset
+from torchx_datapipes.data.hf import hf_features
 from torchx_datapipes.data.mapstyle import OutputMapDataset
 from torchx_datapipes.data.node import OutputNode
 
-__all__ = ["OutputDataset", "OutputMapDataset", "OutputNode", "merge_states"]
+__all__ = ["OutputDataset", "OutputMapDataset", "OutputNode", "hf_features", "merge_states"]
