@@ -1,9 +1,9 @@
 """Typed CSV and TSV, read with pyarrow's CSV parser.
 
-Planning (rank 0) reads every CSV file whole, as strings, and infers each column's type over
-the WHOLE file (``csv_types``); types are unified across files and stored in each unit
-(``Unit.read["schema"]``), so every unit and rank casts to the same types. ``--schema``
-overrides inference per column. Reading parses as strings, turns the null markers
+Planning (rank 0) streams every CSV file, as strings, and infers each column's type over
+the WHOLE file with bounded memory (``csv_infer``, ``csv_types``); types are unified across
+files and stored in each unit (``Unit.read["schema"]``), so every unit and rank casts to the
+same types. ``--schema`` overrides inference per column. Reading parses as strings, turns the null markers
 (``--na_values``, pandas' defaults) into None and casts each column; a cell that does not fit
 is a bad record with its file line, column and value. The location of a record is the file
 line it starts on (a record with a quoted newline spans several lines), found by
@@ -35,6 +35,7 @@ try:
     import pyarrow as pa
     import pyarrow.csv as pacsv
 
+    from torchx_datapipes.io.inputs import csv_infer
     from torchx_datapipes.io.inputs import csv_types as ct
 
     _MISSING = False
@@ -100,19 +101,6 @@ class _Parse:
             yield batch.cast(pa.schema([(c, pa.string()) for c in batch.schema.names]))
 
 
-def _string_schema(
-    path: str, size: int, delimiter: str, na_values: Sequence[str]
-) -> Tuple[List[str], Dict[str, str]]:
-    with open_unit_stream(path, size) as (fh, _):
-        names = _Parse(fh, delimiter, na_values, None).columns  # the header (types as pyarrow guesses)
-    with open_unit_stream(path, size) as (fh, _):
-        parse = _Parse(fh, delimiter, na_values, names)
-        inf = ct.Inference()
-        for batch in parse.batches():
-            inf.update(batch)
-        return parse.columns, {c: inf.kinds.get(c, "null") for c in parse.columns}
-
-
 class CsvFormat(InputFormat):
     name = "csv"
     extensions = (".csv", ".tsv")
@@ -120,21 +108,9 @@ class CsvFormat(InputFormat):
     def plan(self, files: Sequence[PlannedFile], target: int, opts: ReadOptions) -> List[Unit]:
         _need_pyarrow()
         na = list(ct.DEFAULT_NA if opts.na_values is None else opts.na_values)
-        found: List[Tuple[PlannedFile, str, List[str], Dict[str, str]]] = []
-        for f in files:
-            delim = opts.delimiter or default_delimiter(f[0])
-            try:
-                cols, kinds = _string_schema(f[0], f[1], delim, na)
-            except pa.ArrowInvalid as e:
-                raise InputError(
-                    f"{f[0]}: cannot parse as CSV ({e}); check --delimiter, or pass --format"
-                ) from e
-            except (TruncatedError, CorruptError) as e:
-                raise InputError(
-                    f"{f[0]}: {e} (column types are inferred over the whole file when planning); re-fetch"
-                    " or recompress the file (check it with gzip -t / zstd -t / xz -t / bzip2 -t)"
-                ) from e
-            found.append((f, delim, cols, kinds))
+        delims = [opts.delimiter or default_delimiter(f[0]) for f in files]
+        kinds = csv_infer.infer_files(files, delims, na)
+        found = [(f, d, cols, k) for f, d, (cols, k) in zip(files, delims, kinds, strict=True)]
         unified = ct.unify(k for *_, k in found)
         known = set(unified)
         wrong = [c for c in opts.schema if c not in known]
