@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, Deque, Dict, Iterator, List, Optional, Se
 
 from torchx_datapipes.errors import InputError
 from torchx_datapipes.io.inputs.base import (
+    ArrowBatches,
     Batches,
     InputFormat,
     PlannedFile,
@@ -104,6 +105,7 @@ class _Parse:
 class CsvFormat(InputFormat):
     name = "csv"
     extensions = (".csv", ".tsv")
+    columnar = True
 
     def plan(self, files: Sequence[PlannedFile], target: int, opts: ReadOptions) -> List[Unit]:
         _need_pyarrow()
@@ -127,6 +129,13 @@ class CsvFormat(InputFormat):
         return units
 
     def read(self, reader: "UnitReader") -> Batches:
+        for table, lines in self.read_arrow(reader):
+            recs = table.to_pylist()
+            for i in range(0, len(recs), reader.batch_size):
+                yield recs[i : i + reader.batch_size], lines[i : i + reader.batch_size]
+
+    def read_arrow(self, reader: "UnitReader") -> ArrowBatches:
+        """Typed record batches (bad rows left out, reported to ``reader``) and their file lines."""
         _need_pyarrow()
         u = reader.unit
         info = u.read or {}
@@ -147,16 +156,14 @@ class CsvFormat(InputFormat):
 
     def _read(
         self, reader: "UnitReader", fh: Any, schema: List[Tuple[str, str]], na: List[str], delim: str
-    ) -> Batches:
+    ) -> ArrowBatches:
         kinds = dict(schema)
         parse = _Parse(fh, delim, na, [c for c, _ in schema] or None)
         ncols = len(parse.columns)
         header = delim.join(parse.columns)
         for batch in parse.batches():
             lines = self._lines(reader, parse, batch.num_rows, ncols, header)
-            recs, rows = self._typed(reader, batch, kinds, lines, delim)
-            for i in range(0, len(recs), reader.batch_size):
-                yield recs[i : i + reader.batch_size], rows[i : i + reader.batch_size]
+            yield self._typed(reader, batch, kinds, lines, delim)
         self._lines(reader, parse, -1, ncols, header)
 
     @staticmethod
@@ -180,7 +187,7 @@ class CsvFormat(InputFormat):
     @staticmethod
     def _typed(
         reader: "UnitReader", batch: Any, kinds: Dict[str, str], lines: List[int], delim: str
-    ) -> Tuple[List[Any], List[int]]:
+    ) -> Tuple[Any, List[int]]:
         cols: List[Any] = []
         bad: Dict[int, Tuple[str, str, Any]] = {}
         for name, col in zip(batch.schema.names, batch.columns):
@@ -191,7 +198,7 @@ class CsvFormat(InputFormat):
                 bad.setdefault(i, (name, kind, col[i].as_py()))
         table = pa.RecordBatch.from_arrays(cols, names=batch.schema.names)
         if not bad:
-            return table.to_pylist(), lines
+            return table, lines
         for i, (name, kind, value) in sorted(bad.items()):
             row = delim.join("" if v is None else str(v) for v in batch.slice(i, 1).to_pylist()[0].values())
             reader.add_bad(
@@ -201,4 +208,4 @@ class CsvFormat(InputFormat):
                 row,
             )
         keep = pa.array([i not in bad for i in range(batch.num_rows)])
-        return table.filter(keep).to_pylist(), [ln for i, ln in enumerate(lines) if i not in bad]
+        return table.filter(keep), [ln for i, ln in enumerate(lines) if i not in bad]
