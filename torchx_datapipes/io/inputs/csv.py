@@ -86,9 +86,9 @@ class _Parse:
                 raise
         self.columns: List[str] = list(self.reader.schema.names) if self.reader is not None else []
         if self.reader is not None:
-            while self.lines.queue and self.lines.queue[0][2]:
+            while len(self.lines) and self.lines.peek()[2]:
                 self.lines.pop()  # blank lines before the header
-            if self.lines.queue:
+            if len(self.lines):
                 self.lines.pop()  # the header
 
     def _invalid(self, row: Any) -> str:
@@ -169,19 +169,15 @@ class CsvFormat(InputFormat):
     @staticmethod
     def _lines(reader: "UnitReader", parse: _Parse, n: int, ncols: int, header: str) -> List[int]:
         """The first lines of the next ``n`` rows (all remaining records when ``n`` < 0)."""
-        out: List[int] = []
-        q = parse.lines.queue
-        while (n < 0 or len(out) < n) and q:
-            line, fields, blank = q.popleft()
-            if blank:
-                reader.blank += 1
-            elif fields != ncols:
-                text = parse.invalid.popleft() if parse.invalid else ""
-                reader.add_bad(line, f"expected {ncols} fields ({header}), got {fields}", text)
-            else:
-                out.append(line)
-        while n >= 0 and len(out) < n:
-            out.append(0)  # the scanner and the parser disagree (a quote inside an unquoted field)
+        out, odd, blank = parse.lines.take(n, ncols)
+        reader.blank += blank
+        for line, fields, _ in odd:
+            text = parse.invalid.popleft() if parse.invalid else ""
+            reader.add_bad(line, f"expected {ncols} fields ({header}), got {fields}", text)
+        if n >= 0 and len(out) < n:
+            out += [0] * (
+                n - len(out)
+            )  # the scanner and the parser disagree (a quote inside an unquoted field)
         return out
 
     @staticmethod
