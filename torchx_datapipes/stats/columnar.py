@@ -13,6 +13,7 @@ per-record code for that column, so the two paths agree by construction there.
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import Any
 
 import numpy as np
@@ -24,6 +25,7 @@ from torchx_datapipes.stats.moments import FloatArray
 from torchx_datapipes.stats.typed import TemporalAcc
 
 _DAY_S = 86400.0
+_SAMPLE = 1024  # strings looked at to choose how to count a column's values
 _TIME_UNITS = {"s": 1_000_000, "ms": 1_000, "us": 1}  # to microseconds
 
 
@@ -87,9 +89,20 @@ def _floats(col: Any) -> FloatArray:
 
 def _strings(acc: FieldAcc, col: Any) -> None:
     lengths = pc.utf8_length(col).to_numpy(zero_copy_only=False).astype(np.float64)
+    acc._string().update_counted(lengths, _counts(col))
+
+
+def _counts(col: Any) -> dict[str, int]:
+    """Count per distinct string, in first-seen order (as ``Counter`` gives, either way).
+
+    Arrow's hash kernel wins by far on few distinct values; on nearly unique ones a ``Counter``
+    of the Python strings (which the sketches need anyway) is ~3x faster. A sample decides.
+    """
+    sample = col.slice(0, _SAMPLE).to_pylist()
+    if len(col) > _SAMPLE and len(set(sample)) > _SAMPLE // 2:
+        return Counter(col.to_pylist())
     vc = pc.value_counts(col)
-    counts = dict(zip(vc.field("values").to_pylist(), vc.field("counts").to_pylist(), strict=True))
-    acc._string().update_counted(lengths, counts)
+    return dict(zip(vc.field("values").to_pylist(), vc.field("counts").to_pylist(), strict=True))
 
 
 def _epoch_seconds(col: Any) -> FloatArray:

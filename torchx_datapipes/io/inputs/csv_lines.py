@@ -10,7 +10,8 @@ order) or nothing (an empty line, skipped).
 """
 
 import io
-from typing import Any, List, Tuple
+from collections import deque
+from typing import Any, Deque, List, Tuple
 
 import numpy as np
 import numpy.typing as npt
@@ -29,13 +30,17 @@ class RecordLines:
         self.pending = 0  # its raw bytes so far
         self.fields = 1  # its fields so far
         self.last = -1  # the last byte seen
-        # the records found and not yet taken, as arrays (first line, fields, blank) from ``pos`` on
+        # found records go to a deque, a thread-safe hand-over: pyarrow reads (and so feeds) on
+        # its I/O thread while the consumer takes on the main thread; only the consumer touches
+        # the arrays of records not yet taken (first line, fields, blank), from ``_pos`` on
+        self._found: Deque[Tuple[Any, Any, Any]] = deque()
         self._lines: IntArray = np.empty(0, np.int64)
         self._fields: IntArray = np.empty(0, np.int64)
         self._blank: npt.NDArray[np.bool_] = np.empty(0, np.bool_)
         self._pos = 0
 
     def __len__(self) -> int:
+        self._pull()
         return len(self._lines) - self._pos
 
     def feed(self, chunk: bytes) -> None:
@@ -77,10 +82,19 @@ class RecordLines:
         return np.flatnonzero(((np.searchsorted(quotes, at) + self.quotes) & 1) == 0)
 
     def _append(self, lines: Any, fields: Any, blank: Any) -> None:
+        self._found.append((lines, fields, blank))  # the producer side: the deque only
+
+    def _pull(self) -> None:
+        """The consumer side: move the records found so far into the arrays."""
+        if not self._found:
+            return
+        parts = []
+        while self._found:
+            parts.append(self._found.popleft())
         p = self._pos
-        self._lines = np.concatenate((self._lines[p:], lines)).astype(np.int64, copy=False)
-        self._fields = np.concatenate((self._fields[p:], fields)).astype(np.int64, copy=False)
-        self._blank = np.concatenate((self._blank[p:], blank)).astype(np.bool_, copy=False)
+        self._lines = np.concatenate([self._lines[p:], *(x[0] for x in parts)]).astype(np.int64, copy=False)
+        self._fields = np.concatenate([self._fields[p:], *(x[1] for x in parts)]).astype(np.int64, copy=False)
+        self._blank = np.concatenate([self._blank[p:], *(x[2] for x in parts)]).astype(np.bool_, copy=False)
         self._pos = 0
 
     def finish(self) -> None:
@@ -90,6 +104,7 @@ class RecordLines:
         self.pending, self.fields = 0, 1
 
     def peek(self) -> Record:
+        self._pull()
         p = self._pos
         return int(self._lines[p]), int(self._fields[p]), bool(self._blank[p])
 
@@ -104,6 +119,7 @@ class RecordLines:
         Returns those lines, the other non-blank records passed on the way (in order) and the
         count of blank lines passed; fewer lines than ``n`` if the records run out.
         """
+        self._pull()
         p = self._pos
         lines, fields, blank = self._lines[p:], self._fields[p:], self._blank[p:]
         good = ~blank & (fields == ncols)
