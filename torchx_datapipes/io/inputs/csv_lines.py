@@ -48,10 +48,9 @@ class RecordLines:
             return
         a = np.frombuffer(chunk, np.uint8)
         nl = np.flatnonzero(a == _NL)
-        dl = np.flatnonzero(a == self.delim)
         q = np.flatnonzero(a == _QUOTE)
+        unquoted = len(q) == 0 and self.quotes == 0  # the usual chunk: every byte is outside quotes
         end_idx = self._outside(q, nl)  # indexes into nl of the newlines ending records
-        dl_out = dl[self._outside(q, dl)]
         ends = nl[end_idx]
         n = len(ends)
         if n:
@@ -60,20 +59,42 @@ class RecordLines:
             raw_len[0] += self.pending
             before = np.where(ends > 0, a[np.maximum(ends - 1, 0)], self.last)
             blank = (raw_len == 0) | ((raw_len == 1) & (before == _CR))
-            fields = np.searchsorted(dl_out, ends) - np.searchsorted(dl_out, starts) + 1
+            tail_from = int(ends[-1]) + 1
+            fields, tail = self._fields_of(a, q, unquoted, starts, ends, tail_from)
             fields[0] += self.fields - 1
             lines = np.concatenate(([self.line], self.newlines + end_idx[:-1] + 2))
             self._append(lines, fields, blank)
-            tail_from = int(ends[-1]) + 1
             self.line = self.newlines + int(end_idx[-1]) + 2
             self.pending, self.fields = 0, 1
         else:
             tail_from = 0
+            tail = self._delimiters_from(a, q, unquoted, 0)
         self.pending += len(a) - tail_from
-        self.fields += int(np.count_nonzero(dl_out >= tail_from))
+        self.fields += tail
         self.newlines += len(nl)
         self.quotes = (self.quotes + len(q)) & 1
         self.last = int(a[-1])
+
+    def _fields_of(
+        self, a: Any, q: IntArray, unquoted: bool, starts: IntArray, ends: IntArray, tail_from: int
+    ) -> Tuple[IntArray, int]:
+        """Fields of each record ending in this chunk, and the delimiters after the last end."""
+        if unquoted:  # one pass: delimiters summed per record, no positions array
+            mask = a == self.delim
+            if tail_from < len(a):
+                sums = np.add.reduceat(mask, np.append(starts, tail_from), dtype=np.int64)
+                return sums[:-1] + 1, int(sums[-1])
+            return np.add.reduceat(mask, starts, dtype=np.int64) + 1, 0
+        dl = np.flatnonzero(a == self.delim)
+        dl_out = dl[self._outside(q, dl)]
+        fields = np.searchsorted(dl_out, ends) - np.searchsorted(dl_out, starts) + 1
+        return fields, int(np.count_nonzero(dl_out >= tail_from))
+
+    def _delimiters_from(self, a: Any, q: IntArray, unquoted: bool, start: int) -> int:
+        if unquoted:
+            return int(np.count_nonzero(a[start:] == self.delim))
+        dl = np.flatnonzero(a == self.delim)
+        return int(np.count_nonzero(dl[self._outside(q, dl)] >= start))
 
     def _outside(self, quotes: IntArray, at: IntArray) -> IntArray:
         """Indexes into ``at`` of the positions outside quotes (an even count of quotes before)."""
