@@ -87,6 +87,9 @@ def test_columnar_profile_equals_the_per_record_profile(
     config = StatsConfig(exact_distinct_limit=limit)
     slow, fast = profile(path, False, config, fmt), profile(path, True, config, fmt)
     assert_same(fast, slow)
+    chosen = StatsConfig(fields=("x", "cat", "absent"))  # --fields: only those, in that order
+    assert_same(profile(path, True, chosen, fmt), profile(path, False, chosen, fmt))
+    assert list(profile(path, True, chosen, fmt)["fields"]) == ["x", "cat", "absent"]
     f = fast["fields"]
     assert f["score"]["types"] == {"float": 300 - 43 - 27 + 4, "null": 43 + 27 - 4}  # NA, "" (4 both)
     assert f["x"]["nan"] == 23 and f["x"]["types"] == {"float": 300}

@@ -49,7 +49,7 @@ def _need_pyarrow() -> None:
         raise extra_hint("parquet", "pyarrow")
 
 
-_BLOCK = 1 << 22
+_BLOCK = 1 << 20  # pyarrow reads a few blocks ahead: 1 MiB blocks halve a rank's peak RSS vs 4 MiB, same CPU
 
 
 def default_delimiter(path: str) -> str:
