@@ -24,8 +24,9 @@ start-up and imports; peak RSS is the summed RSS of the process tree, see ``_com
   HTML report); succeeds only if torchx exits 0, ``_SUCCESS`` exists and it described N records.
 - ``ours-1x1w2``: the same with ``-j 1x1 --num_workers 2``.
 
-``--typed-csv`` runs ``pandas-csv`` (``pandas.read_csv`` defaults + ``describe()`` and the same
-extras, see ``_typed_csv.py``), ``ours-1x2`` and ``ours-1x1w2`` on one generated CSV corpus of
+``--typed-csv`` runs ``ddp-job`` (the launch floor: wall and peak RSS of a job that does nothing),
+``pandas-csv`` (``pandas.read_csv`` defaults + ``describe()`` and the same extras, see
+``_typed_csv.py``), ``ours-1x2`` and ``ours-1x1w2`` on one generated CSV corpus of
 ``--typed-rows`` rows (mixed int/float/NA/year/bool/date/string columns, ``--k`` files); the note of
 our rows says whether the CSV reader typed the numeric columns.
 
@@ -70,7 +71,7 @@ from _common import (  # noqa: E402
 from _typed_csv import csv_files, ensure_typed_csv, pandas_profile, ref_pandas_csv, typed_note  # noqa: E402
 
 METHODS = ("plain", "pool2", "pandas", "ddp-job", "ours-1x2", "ours-1x1w2")
-TYPED_METHODS = ("pandas-csv", "ours-1x2", "ours-1x1w2")
+TYPED_METHODS = ("ddp-job", "pandas-csv", "ours-1x2", "ours-1x1w2")
 COMPONENT = "torchx_datapipes.components:stats"
 
 # ---------------------------------------------------------------------------------------------

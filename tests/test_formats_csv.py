@@ -10,6 +10,7 @@ from tdp_testutil import read_output, run_op
 
 from torchx_datapipes.io.formats import UnitReader
 from torchx_datapipes.io.inputs import csv as csv_mod
+from torchx_datapipes.io.inputs import csv_infer
 from torchx_datapipes.io.units import plan_units
 
 
@@ -42,7 +43,8 @@ def real_csv(path: Path, n: int = 300) -> Path:
 
 
 def test_typed_records_over_many_blocks(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(csv_mod, "_BLOCK", 512)  # many parser blocks: inference and lines across them
+    monkeypatch.setattr(csv_mod, "_BLOCK", 512)  # many parser blocks: lines across them
+    monkeypatch.setattr(csv_infer, "_BLOCK", 512)  # and inference: the float comes blocks after the ints
     f = real_csv(tmp_path / "d/a.csv")
     got = read_all(f)
     assert len(got) == 301

@@ -83,6 +83,20 @@ class UnitReader:
                 self.on_batch(len(recs), self.bytes_done)
             yield recs, lines
 
+    @property
+    def columnar(self) -> bool:
+        """Whether :meth:`arrow_batches` can read this unit (its format gives typed Arrow batches)."""
+        return self.format.columnar
+
+    def arrow_batches(self) -> Iterator[Tuple[Any, Sequence[int]]]:
+        """Batches as typed ``pyarrow.RecordBatch`` es with their lines (only if :attr:`columnar`)."""
+        self.format.check_unchanged(self.unit)
+        for batch, lines in self.format.read_arrow(self):
+            self.records += batch.num_rows
+            if self.on_batch is not None:
+                self.on_batch(batch.num_rows, self.bytes_done)
+            yield batch, lines
+
     # -- for the format modules --------------------------------------------------------------
     def add_bad(self, line: int, error: str, raw: str) -> None:
         self.bad.append(BadRecord(line, error, raw))

@@ -56,6 +56,11 @@ class StatsOp:
             for out in applier.run(reader.batches(), sink):
                 partial.update(out)
             filtered = applier.filtered
+        elif reader.columnar:  # typed Arrow batches: numpy arrays into the accumulators, no dicts
+            for batch, _ in reader.arrow_batches():
+                sink.drain_parse_errors()
+                partial.update_arrow(batch)
+            sink.drain_parse_errors()
         else:
             reader.objects_only = False  # a profile describes any JSON value (as field $value)
             for recs, _ in reader.batches():

@@ -58,6 +58,27 @@ class StatsPartial:
                 continue  # a configured "$value" means non-object records, handled above
             self._update_field(key, values)
 
+    def update_arrow(self, batch: Any) -> None:
+        """Add one ``pyarrow.RecordBatch``, column by column: as ``update(batch.to_pylist())`` would."""
+        if batch.num_rows == 0:
+            return
+        names = batch.schema.names
+        if len(set(names)) != len(names):  # to_pylist keeps one value per repeated name
+            self.update(batch.to_pylist())
+            return
+        from torchx_datapipes.stats import columnar  # pyarrow only when a columnar input is read
+
+        self.records += batch.num_rows
+        columnar.update_partial_fields(self.fields, self._new_field, batch)
+
+    def _new_field(self, name: str) -> FieldAcc | None:
+        if name == VALUE_FIELD and self.config.fields is not None:
+            return None  # a configured "$value" means non-object records
+        if self.config.fields is not None and name not in self.config.fields:
+            return None
+        acc = self.fields[name] = FieldAcc(self.config)
+        return acc
+
     def _update_field(self, key: Any, values: list[Any]) -> None:
         name = key if isinstance(key, str) else str(key)
         acc = self.fields.get(name)

@@ -15,7 +15,7 @@ import numpy as np
 
 from torchx_datapipes.stats import sketches
 from torchx_datapipes.stats.config import StatsConfig
-from torchx_datapipes.stats.moments import Moments
+from torchx_datapipes.stats.moments import FloatArray, Moments
 
 # HLL bounds at 2 standard deviations (~95%); see docs/stats-schema.md.
 _HLL_STDDEVS = 2
@@ -35,9 +35,16 @@ class StringAcc:
     def update(self, values: list[str]) -> None:
         if not values:
             return
-        self.count += len(values)
-        self.lengths.update(np.fromiter(map(len, values), dtype=np.float64, count=len(values)))
-        self._add_counts(Counter(values))
+        lengths = np.fromiter(map(len, values), dtype=np.float64, count=len(values))
+        self.update_counted(lengths, Counter(values))
+
+    def update_counted(self, lengths: FloatArray, counts: dict[str, int]) -> None:
+        """Add values given as their lengths (one per value) and their counts by distinct value."""
+        if lengths.size == 0:
+            return
+        self.count += int(lengths.size)
+        self.lengths.update(lengths)
+        self._add_counts(counts)
 
     def _add_counts(self, counts: dict[str, int]) -> None:
         exact = self.exact

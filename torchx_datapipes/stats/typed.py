@@ -19,6 +19,7 @@ import numpy as np
 
 from torchx_datapipes.stats import sketches
 from torchx_datapipes.stats.config import StatsConfig
+from torchx_datapipes.stats.moments import FloatArray
 from torchx_datapipes.stats.numeric import NumericAcc
 
 _EPOCH = dt.datetime(1970, 1, 1)
@@ -67,11 +68,16 @@ class TemporalAcc:
     def update(self, values: list[Any]) -> None:
         if not values:
             return
+        aware = 0 if self.date_only else sum(1 for v in values if getattr(v, "tzinfo", None) is not None)
+        seconds = np.fromiter(map(epoch_seconds, values), dtype=np.float64, count=len(values))
+        self.update_seconds(seconds, aware)
+
+    def update_seconds(self, seconds: FloatArray, aware: int = 0) -> None:
+        """Add values given as epoch seconds, ``aware`` of them timezone-aware (see :func:`epoch_seconds`)."""
         if not self.date_only:
-            aware = sum(1 for v in values if getattr(v, "tzinfo", None) is not None)
             self.aware += aware
-            self.naive += len(values) - aware
-        self.seconds.update(np.fromiter(map(epoch_seconds, values), dtype=np.float64, count=len(values)))
+            self.naive += int(seconds.size) - aware
+        self.seconds.update(seconds)
 
     def merge(self, other: TemporalAcc) -> None:
         self.aware += other.aware

@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from torchx_datapipes.io.formats import UnitReader
 
 Batches = Iterator[Tuple[List[Any], Sequence[int]]]
+ArrowBatches = Iterator[Tuple[Any, Sequence[int]]]  # (pyarrow.RecordBatch, lines)
 PlannedFile = Tuple[str, int, float]  # url, size, mtime
 BOM = b"\xef\xbb\xbf"
 SUPPORTED_COMPRESSIONS = ("gzip", "zstd", "bz2", "xz")
@@ -122,8 +123,14 @@ class InputFormat:
     def check_unchanged(self, unit: Unit) -> None:
         check_unchanged(unit.path, unit.size, unit.mtime, self.strict_unchanged)
 
+    columnar: ClassVar[bool] = False  # read_arrow gives typed pyarrow record batches
+
     def read(self, reader: "UnitReader") -> Batches:
         raise NotImplementedError
+
+    def read_arrow(self, reader: "UnitReader") -> ArrowBatches:
+        """The records as typed ``pyarrow.RecordBatch`` es (formats with ``columnar = True``)."""
+        raise NotImplementedError(f"the {self.name} format has no columnar reader; use read()")
 
     def absolute(self, reader: "UnitReader", line: int) -> int:
         """The file's line (row, sample) number for a unit-local one."""

@@ -42,7 +42,8 @@ def _fits(values: pa.Array, kind: str) -> bool:
     if len(values) > 4096 and not _fits(values.slice(0, 1024), kind):
         return False  # a cheap refusal first: a failing cast of a long column costs as much as a good one
     if kind == "bool":
-        return bool(pc.all(pc.is_in(pc.utf8_lower(values), pa.array(["true", "false"]))).as_py())
+        ok = pc.is_in(pc.utf8_lower(values), pa.array(["true", "false"]))
+        return bool(pc.all(pc.or_kleene(pc.is_null(values), ok) if values.null_count else ok).as_py())
     try:
         pc.cast(values, ARROW[kind])
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
@@ -52,11 +53,11 @@ def _fits(values: pa.Array, kind: str) -> bool:
 
 def batch_kind(col: pa.Array, current: str) -> str:
     """The join of ``current`` and the narrowest kind fitting every non-null cell of ``col``."""
-    if current == "string":
+    if current == "string" or col.null_count == len(col):
         return current
+    if current != "null" and (current != "float" or not _has_big_int(col)) and _fits(col, current):
+        return current  # the usual case past the first block: one cast (or test) per column
     values = pc.drop_null(col)
-    if len(values) == 0:
-        return current
     for kind in KINDS:
         if kind == "float" and _has_big_int(values):
             return "string"  # an integer beyond int64 would lose digits as a float: keep the text exact
@@ -66,6 +67,9 @@ def batch_kind(col: pa.Array, current: str) -> str:
 
 
 def _has_big_int(values: pa.Array) -> bool:
+    longest = pc.max(pc.utf8_length(values)).as_py()
+    if longest is None or longest < 19:
+        return False  # no cell is long enough: skip the regular expression
     return bool(pc.any(pc.match_substring_regex(values, r"^\s*[+-]?\d{19,}\s*$")).as_py())
 
 

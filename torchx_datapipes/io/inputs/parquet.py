@@ -6,7 +6,14 @@ from typing import TYPE_CHECKING, Any, Iterator, List, Sequence
 import fsspec
 
 from torchx_datapipes.errors import InputError
-from torchx_datapipes.io.inputs.base import Batches, InputFormat, PlannedFile, ReadOptions, extra_hint
+from torchx_datapipes.io.inputs.base import (
+    ArrowBatches,
+    Batches,
+    InputFormat,
+    PlannedFile,
+    ReadOptions,
+    extra_hint,
+)
 from torchx_datapipes.io.inputs.unit import Unit
 
 if TYPE_CHECKING:
@@ -32,9 +39,13 @@ def open_parquet(path: str) -> Iterator[Any]:
         yield pf
 
 
+_COLUMNAR_ROWS = 1 << 16  # rows per record batch for columnar readers (the stats op)
+
+
 class ParquetFormat(InputFormat):
     name = "parquet"
     extensions = (".parquet", ".pq")
+    columnar = True
     strict_unchanged = True  # any change moves the footer
 
     def plan(self, files: Sequence[PlannedFile], target: int, opts: ReadOptions) -> List[Unit]:
@@ -48,11 +59,18 @@ class ParquetFormat(InputFormat):
         return units
 
     def read(self, reader: "UnitReader") -> Batches:
+        for batch, lines in self._batches(reader, reader.batch_size):
+            yield batch.to_pylist(), list(lines)
+
+    def read_arrow(self, reader: "UnitReader") -> ArrowBatches:
+        return self._batches(reader, max(reader.batch_size, _COLUMNAR_ROWS))
+
+    @staticmethod
+    def _batches(reader: "UnitReader", rows: int) -> ArrowBatches:
         rg = reader.unit.row_group
         with open_parquet(reader.unit.path) as pf:
             row = sum(pf.metadata.row_group(i).num_rows for i in range(rg))
-            for batch in pf.iter_batches(row_groups=[rg], batch_size=reader.batch_size):
-                recs = batch.to_pylist()
-                yield recs, list(range(row + 1, row + 1 + len(recs)))
-                row += len(recs)
+            for batch in pf.iter_batches(row_groups=[rg], batch_size=rows):
+                yield batch, range(row + 1, row + 1 + batch.num_rows)
+                row += batch.num_rows
         reader.bytes_done = reader.bytes_read = reader.unit.nbytes
