@@ -2,9 +2,10 @@
 
 One record per file, ``{"path": <url>, "bytes": <raw bytes>, "size": <n>}``, the bytes as
 they are (nothing is decompressed or decoded). Units are groups of consecutive files (in the
-sorted input order) of up to ``--unit_mb`` bytes each, so they depend on the input alone. The
-location of a record (``line`` in errors) is the file's position in its unit's group, 1-based;
-the record's ``path`` names the file.
+sorted input order) of up to ``--unit_mb`` bytes each, so they depend on the input alone. A
+record's location is its position in the unit's group (1-based); :meth:`FilesFormat.location`
+turns it into the file itself, so errors name that file (``file``, with ``line`` 1), never the
+unit's first file.
 """
 
 from typing import TYPE_CHECKING, Any, List, Sequence, Tuple
