@@ -2,10 +2,11 @@
 
 One record per file, ``{"path": <url>, "bytes": <raw bytes>, "size": <n>}``, the bytes as
 they are (nothing is decompressed or decoded). Units are groups of consecutive files (in the
-sorted input order) of up to ``--unit_mb`` bytes each, so they depend on the input alone. A
-record's location is its position in the unit's group (1-based); :meth:`FilesFormat.location`
-turns it into the file itself, so errors name that file (``file``, with ``line`` 1), never the
-unit's first file.
+sorted input order) of up to ``--unit_mb`` bytes and :data:`MAX_FILES_PER_UNIT` files each (a
+file larger than ``--unit_mb`` is a unit alone), so they depend on the input alone. A record's
+location is its position in the unit's group (1-based); :meth:`FilesFormat.location` turns it
+into the file itself, so errors name that file (``file``, with ``line`` 1), never the unit's
+first file.
 """
 
 from typing import TYPE_CHECKING, Any, List, Sequence, Tuple
@@ -26,6 +27,12 @@ MEDIA = (
 )  # fmt: skip
 
 
+# At most this many files per unit, whatever --unit_mb allows: decoding costs ~100x more per byte
+# than parsing JSON (a 40 KB JPEG: ~3 ms), so 64 MB of images is ~5 s of one core; 10,000 such
+# JPEGs made 7 units, and 2 workers then idled for a seventh of the job (issue 10's benchmark).
+MAX_FILES_PER_UNIT = 256
+
+
 class FilesFormat(InputFormat):
     name = "files"
     extensions = MEDIA
@@ -34,7 +41,7 @@ class FilesFormat(InputFormat):
         groups: List[List[PlannedFile]] = []
         total = 0
         for f in files:
-            if not groups or (total + f[1] > target and groups[-1]):
+            if not groups or len(groups[-1]) >= MAX_FILES_PER_UNIT or total + f[1] > target:
                 groups.append([])
                 total = 0
             groups[-1].append(f)
