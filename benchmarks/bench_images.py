@@ -24,10 +24,11 @@ Methods:
 
 Columns: **wall s** is the whole command (interpreter start-up, imports, torchx launch);
 **work s** is the processing alone, from each method's own clock: for the references, the time
-around ``Pool.map``/``optimize`` inside the child (after its imports); for ours, the busiest
-worker slot's sum of unit times (``units[].wall_s`` in ``_SUCCESS``: read, decode, write,
-commit of its units), and the job's own ``wall_time_s`` (rank 0's engine, planning to commit)
-is shown too. **steady rec/s** = records / work s. The outputs are checked: every method wrote
+around ``Pool.map``/``optimize`` inside the child (after its imports); for ours, the job's own
+``wall_time_s`` in ``_SUCCESS`` (rank 0's engine, from its start through planning, the units
+and the commit; the launch and imports aside). **slot s** (ours) is the busiest worker slot's
+sum of unit times (``units[].wall_s``: read, decode, write and commit of its units), the
+processing alone. **steady rec/s** = records / work s. The outputs are checked: every method wrote
 ``--n`` records, and the tensors of a few images are equal to the function's own result.
 """
 
@@ -224,7 +225,7 @@ class Row:
     records: int
     wall_s: Optional[float] = None
     work_s: Optional[float] = None
-    job_s: Optional[float] = None  # ours: the manifest's wall_time_s
+    slot_s: Optional[float] = None  # ours: the busiest worker slot's sum of unit times
     ok: bool = True
     note: str = ""
     extra: dict[str, Any] = field(default_factory=dict)
@@ -238,8 +239,8 @@ class Row:
         return self.records / self.wall_s if self.ok and self.wall_s else None
 
 
-def ours_work_s(manifest: dict[str, Any]) -> float:
-    """The busiest slot's sum of unit times: the processing time of the job, launch and commit aside."""
+def busiest_slot_s(manifest: dict[str, Any]) -> float:
+    """The busiest slot's sum of unit times: the processing alone, planning and commit aside."""
     per_slot: dict[int, float] = {}
     for u in manifest["units"]:
         per_slot[int(u["slot"])] = per_slot.get(int(u["slot"]), 0.0) + float(u["wall_s"])
@@ -275,7 +276,7 @@ def run_method(method: str, images: Path, n: int, a: argparse.Namespace) -> tupl
         if not (out / "_SUCCESS").exists():
             return _failed(row, m, "no _SUCCESS"), out
         manifest = json.loads((out / "_SUCCESS").read_text())
-        row.work_s, row.job_s = ours_work_s(manifest), float(manifest["wall_time_s"])
+        row.work_s, row.slot_s = float(manifest["wall_time_s"]), busiest_slot_s(manifest)
         row.extra = {"units": len(manifest["units"]), "records_out": manifest["records_out"]}
     else:
         got = m.last_json()
@@ -310,14 +311,14 @@ def _f(v: Optional[float], spec: str) -> str:
 
 def print_table(rows: Sequence[Row], title: str) -> None:
     print(f"\n{title}")
-    head = f"| {'method':<8} | {'records':>7} | {'wall s':>7} | {'work s':>7} | {'job s':>6} | "
+    head = f"| {'method':<8} | {'records':>7} | {'wall s':>7} | {'work s':>7} | {'slot s':>6} | "
     head += f"{'end-to-end rec/s':>16} | {'steady rec/s':>12} | note |"
     print(head)
     print("|" + "|".join("-" * (len(c)) for c in head.split("|")[1:-1]) + "|")
     for r in rows:
         wall = _f(r.wall_s, ".2f") if r.ok else "FAILED"
         line = f"| {r.method:<8} | {r.records:>7} | {wall:>7} | {_f(r.work_s, '.2f'):>7} | "
-        line += f"{_f(r.job_s, '.2f'):>6} | {_f(r.end_to_end, ',.0f'):>16} | {_f(r.steady, ',.0f'):>12} | "
+        line += f"{_f(r.slot_s, '.2f'):>6} | {_f(r.end_to_end, ',.0f'):>16} | {_f(r.steady, ',.0f'):>12} | "
         print(line + f"{r.note} |")
 
 

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, List, Sequence, Tuple
 
 import fsspec
 
+from torchx_datapipes.io.fs import is_plain_local
 from torchx_datapipes.io.inputs.base import Batches, InputFormat, PlannedFile, ReadOptions, check_unchanged
 from torchx_datapipes.io.inputs.unit import Unit
 
@@ -71,7 +72,7 @@ class FilesFormat(InputFormat):
         rows: List[int] = []
         done = 0
         for i, (path, size, _) in enumerate(self._files(reader.unit), 1):
-            with fsspec.open(path, "rb") as fh:
+            with open(path, "rb") if is_plain_local(path) else fsspec.open(path, "rb") as fh:
                 data = fh.read(size)  # no byte past the planned size
             done += len(data)
             reader.bytes_done = reader.bytes_read = done

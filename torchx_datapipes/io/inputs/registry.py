@@ -106,7 +106,15 @@ def detect_format(path: str) -> Optional[str]:
     """The format that owns the file's extension (after any compression suffix), or None."""
     base = posixpath.basename(stem_of(path)).lower()
     table, longest_first = _extension_table()
-    # the longest matching suffix wins (".tar" under ".tar.gz", ".csv" under "x.1.csv")
+    # the longest matching suffix wins (".tar" under ".tar.gz", ".csv" under "x.1.csv"): with
+    # extensions that start with a dot, that is the suffix from the first dot that is one
+    if all(ext.startswith(".") for ext in longest_first):
+        dot = base.find(".", 1)
+        while dot > 0:
+            if base[dot:] in table:
+                return table[base[dot:]]
+            dot = base.find(".", dot + 1)
+        return None
     for ext in longest_first:
         if base.endswith(ext) and len(base) > len(ext):
             return table[ext]
