@@ -28,7 +28,9 @@ around ``Pool.map``/``optimize`` inside the child (after its imports); for ours,
 ``wall_time_s`` in ``_SUCCESS`` (rank 0's engine, from its start through planning, the units
 and the commit; the launch and imports aside). **slot s** (ours) is the busiest worker slot's
 sum of unit times (``units[].wall_s``: read, decode, write and commit of its units), the
-processing alone. **steady rec/s** = records / work s. The outputs are checked: every method wrote
+processing alone. **CPU s** is the user + system CPU time of the command's whole process tree
+(``RUSAGE_CHILDREN``), which the other jobs of a shared machine do not inflate as they inflate
+wall times. **steady rec/s** = records / work s. The outputs are checked: every method wrote
 ``--n`` records, and the tensors of a few images are equal to the function's own result.
 """
 
@@ -226,6 +228,7 @@ class Row:
     wall_s: Optional[float] = None
     work_s: Optional[float] = None
     slot_s: Optional[float] = None  # ours: the busiest worker slot's sum of unit times
+    cpu_s: Optional[float] = None  # user + system CPU of the whole process tree
     ok: bool = True
     note: str = ""
     extra: dict[str, Any] = field(default_factory=dict)
@@ -237,6 +240,15 @@ class Row:
     @property
     def end_to_end(self) -> Optional[float]:
         return self.records / self.wall_s if self.ok and self.wall_s else None
+
+
+def _children_cpu() -> float:
+    """CPU seconds of every waited-for descendant so far: each process tree is reaped level by level
+    (torchx -> torchrun -> ranks -> workers; Pool and litdata join theirs), so it is all counted."""
+    import resource
+
+    ru = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return ru.ru_utime + ru.ru_stime
 
 
 def busiest_slot_s(manifest: dict[str, Any]) -> float:
@@ -268,8 +280,9 @@ def run_method(method: str, images: Path, n: int, a: argparse.Namespace) -> tupl
     shutil.rmtree(out, ignore_errors=True)
     # the job must import this checkout's package (a worktree), not whatever the venv installed
     env = {"PYTHONPATH": os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")]))}
+    cpu0 = _children_cpu()
     m = run_measured(_cmd(method, images, out, a), cwd=REPO_ROOT, env=env, timeout=a.timeout)
-    row = Row(method, n, m.wall_s)
+    row = Row(method, n, m.wall_s, cpu_s=_children_cpu() - cpu0)
     if not m.ok:
         return _failed(row, m, "timed out" if m.timed_out else f"rc={m.returncode}"), out
     if method == "ours":
@@ -312,13 +325,14 @@ def _f(v: Optional[float], spec: str) -> str:
 def print_table(rows: Sequence[Row], title: str) -> None:
     print(f"\n{title}")
     head = f"| {'method':<8} | {'records':>7} | {'wall s':>7} | {'work s':>7} | {'slot s':>6} | "
-    head += f"{'end-to-end rec/s':>16} | {'steady rec/s':>12} | note |"
+    head += f"{'CPU s':>6} | {'end-to-end rec/s':>16} | {'steady rec/s':>12} | note |"
     print(head)
     print("|" + "|".join("-" * (len(c)) for c in head.split("|")[1:-1]) + "|")
     for r in rows:
         wall = _f(r.wall_s, ".2f") if r.ok else "FAILED"
         line = f"| {r.method:<8} | {r.records:>7} | {wall:>7} | {_f(r.work_s, '.2f'):>7} | "
-        line += f"{_f(r.slot_s, '.2f'):>6} | {_f(r.end_to_end, ',.0f'):>16} | {_f(r.steady, ',.0f'):>12} | "
+        line += f"{_f(r.slot_s, '.2f'):>6} | {_f(r.cpu_s, '.1f'):>6} | "
+        line += f"{_f(r.end_to_end, ',.0f'):>16} | {_f(r.steady, ',.0f'):>12} | "
         print(line + f"{r.note} |")
 
 
