@@ -30,7 +30,8 @@ and the commit; the launch and imports aside). **slot s** (ours) is the busiest 
 sum of unit times (``units[].wall_s``: read, decode, write and commit of its units), the
 processing alone. **CPU s** is the user + system CPU time of the command's whole process tree
 (``RUSAGE_CHILDREN``), which the other jobs of a shared machine do not inflate as they inflate
-wall times. **steady rec/s** = records / work s. The outputs are checked: every method wrote
+wall times; **load** is the 1-minute load average at the end of the run (2 cores: above 2,
+other work was competing). **steady rec/s** = records / work s. The outputs are checked: every method wrote
 ``--n`` records, and the tensors of a few images are equal to the function's own result.
 """
 
@@ -229,6 +230,7 @@ class Row:
     work_s: Optional[float] = None
     slot_s: Optional[float] = None  # ours: the busiest worker slot's sum of unit times
     cpu_s: Optional[float] = None  # user + system CPU of the whole process tree
+    load: Optional[float] = None  # the machine's 1-minute load average when the run ended
     ok: bool = True
     note: str = ""
     extra: dict[str, Any] = field(default_factory=dict)
@@ -282,7 +284,7 @@ def run_method(method: str, images: Path, n: int, a: argparse.Namespace) -> tupl
     env = {"PYTHONPATH": os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")]))}
     cpu0 = _children_cpu()
     m = run_measured(_cmd(method, images, out, a), cwd=REPO_ROOT, env=env, timeout=a.timeout)
-    row = Row(method, n, m.wall_s, cpu_s=_children_cpu() - cpu0)
+    row = Row(method, n, m.wall_s, cpu_s=_children_cpu() - cpu0, load=os.getloadavg()[0])
     if not m.ok:
         return _failed(row, m, "timed out" if m.timed_out else f"rc={m.returncode}"), out
     if method == "ours":
@@ -325,13 +327,13 @@ def _f(v: Optional[float], spec: str) -> str:
 def print_table(rows: Sequence[Row], title: str) -> None:
     print(f"\n{title}")
     head = f"| {'method':<8} | {'records':>7} | {'wall s':>7} | {'work s':>7} | {'slot s':>6} | "
-    head += f"{'CPU s':>6} | {'end-to-end rec/s':>16} | {'steady rec/s':>12} | note |"
+    head += f"{'CPU s':>6} | {'load':>4} | {'end-to-end rec/s':>16} | {'steady rec/s':>12} | note |"
     print(head)
     print("|" + "|".join("-" * (len(c)) for c in head.split("|")[1:-1]) + "|")
     for r in rows:
         wall = _f(r.wall_s, ".2f") if r.ok else "FAILED"
         line = f"| {r.method:<8} | {r.records:>7} | {wall:>7} | {_f(r.work_s, '.2f'):>7} | "
-        line += f"{_f(r.slot_s, '.2f'):>6} | {_f(r.cpu_s, '.1f'):>6} | "
+        line += f"{_f(r.slot_s, '.2f'):>6} | {_f(r.cpu_s, '.1f'):>6} | {_f(r.load, '.1f'):>4} | "
         line += f"{_f(r.end_to_end, ',.0f'):>16} | {_f(r.steady, ',.0f'):>12} | "
         print(line + f"{r.note} |")
 
