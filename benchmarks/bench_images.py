@@ -17,10 +17,12 @@ Methods:
 - ``ours``: ``torchx run -s local_cwd torchx_datapipes.components:transform --input DIR
   --output OUT -j 1x2 --output_format parquet`` (the ``files`` format is picked for a directory
   of ``.jpg``); the tensors are a fixed-shape tensor column.
-- ``pool2``: a hand-written ``multiprocessing.Pool(2)`` loop; a task is a chunk of
-  ``--chunk`` files, written as one stacked ``(n, 3, 64, 64)`` ``.npy`` plus a ``.names`` file.
+- ``pool2``: a hand-written ``multiprocessing.Pool(2)`` loop; a task is a chunk of 500 files,
+  written as one stacked ``(n, 3, 64, 64)`` ``.npy`` plus a ``.names`` file. Each worker is in a
+  session of its own (``setsid``), as torchrun's ranks are: see :func:`_ref_pool2` for why.
+- ``pool2-1s``: the same loop with both workers in the command's session (as usually written).
 - ``litdata``: ``litdata.optimize(fn=path_to_tensor, inputs=paths, output_dir=OUT,
-  num_workers=2, chunk_bytes="64MB")``.
+  num_workers=2, chunk_bytes="64MB")`` (its workers are spawned, in the command's session).
 
 Columns: **wall s** is the whole command (interpreter start-up, imports, torchx launch);
 **work s** is the processing alone, from each method's own clock: for the references, the time
@@ -55,7 +57,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _common import REPO_ROOT, Measurement, run_measured, torchx_cmd, torchx_log_tail, write_json  # noqa: E402
 
-METHODS = ("ours", "pool2", "litdata")
+METHODS = ("ours", "pool2", "pool2-1s", "litdata")
 COMPONENT = "torchx_datapipes.components:transform"
 FN = "benchmarks/image_transforms.py:record_to_tensor"
 LITDATA_HINT = "not installed (make bench: pip install --no-deps litdata, see the Makefile)"
@@ -133,14 +135,25 @@ def _pool_chunk(args: tuple[list[str], str]) -> int:
     return len(recs)
 
 
-def _ref_pool2(paths: list[str], out: Path, chunk: int) -> int:
+def _ref_pool2(paths: list[str], out: Path, chunk: int, own_sessions: bool = True) -> int:
+    """Pool(2); ``own_sessions``: each worker calls ``setsid()``, as torchrun starts each rank.
+
+    Linux's autogroup scheduler (``/proc/sys/kernel/sched_autogroup_enabled``) shares the CPU
+    between sessions first: on a busy machine two workers in one session get about the share of
+    one process in its own. torchx's local scheduler and torchrun put every rank in a session of
+    its own, so without this the reference would lose CPU to ours on a loaded machine.
+    """
     from multiprocessing import Pool
 
     tasks = [
         (paths[s : s + chunk], str(out / f"chunk-{s // chunk:05d}")) for s in range(0, len(paths), chunk)
     ]
-    with Pool(2) as pool:
+    with Pool(2, initializer=os.setsid if own_sessions else None) as pool:
         return sum(pool.map(_pool_chunk, tasks, chunksize=1))
+
+
+def _ref_pool2_one_session(paths: list[str], out: Path, chunk: int) -> int:
+    return _ref_pool2(paths, out, chunk, own_sessions=False)
 
 
 def _ref_litdata(paths: list[str], out: Path, chunk: int) -> int:
@@ -157,7 +170,7 @@ def _ref_litdata(paths: list[str], out: Path, chunk: int) -> int:
     return len(litdata.StreamingDataset(str(out)))
 
 
-_REFS = {"pool2": _ref_pool2, "litdata": _ref_litdata}
+_REFS = {"pool2": _ref_pool2, "pool2-1s": _ref_pool2_one_session, "litdata": _ref_litdata}
 
 
 def _ref_main(argv: Sequence[str]) -> int:
@@ -214,7 +227,7 @@ def read_litdata(out: Path, names: Sequence[str]) -> tuple[int, dict[str, np.nda
     return len(ds), found
 
 
-READERS = {"ours": read_ours, "pool2": read_pool2, "litdata": read_litdata}
+READERS = {"ours": read_ours, "pool2": read_pool2, "pool2-1s": read_pool2, "litdata": read_litdata}
 
 
 # ---------------------------------------------------------------------------------------------
