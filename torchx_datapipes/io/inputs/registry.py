@@ -80,10 +80,11 @@ def format_class(name: str) -> Type[InputFormat]:
 # extension -> format, and the extensions longest first; built once per set of registered names:
 # listing entry points scans every installed distribution (~12 ms here), and planning 10,000
 # images asked for the table once per file (issue 10's images benchmark: 2.5 s per 200 files)
-_TABLES: Dict[FrozenSet[str], Tuple[Dict[str, str], Tuple[str, ...]]] = {}
+_TABLES: Dict[FrozenSet[str], Tuple[Dict[str, str], Tuple[str, ...], bool]] = {}
 
 
-def _extension_table() -> Tuple[Dict[str, str], Tuple[str, ...]]:
+def _extension_table() -> Tuple[Dict[str, str], Tuple[str, ...], bool]:
+    """``(extension -> format, extensions longest first, whether every extension starts with a dot)``."""
     key = frozenset(_REGISTERED)
     if key not in _TABLES:
         table: Dict[str, str] = {}
@@ -94,7 +95,8 @@ def _extension_table() -> Tuple[Dict[str, str], Tuple[str, ...]]:
                 continue
             for ext in cls.extensions:
                 table.setdefault(ext, name)
-        _TABLES[key] = table, tuple(sorted(table, key=len, reverse=True))
+        dotted = all(ext.startswith(".") for ext in table)
+        _TABLES[key] = table, tuple(sorted(table, key=len, reverse=True)), dotted
     return _TABLES[key]
 
 
@@ -105,10 +107,10 @@ def _by_extension() -> Dict[str, str]:
 def detect_format(path: str) -> Optional[str]:
     """The format that owns the file's extension (after any compression suffix), or None."""
     base = posixpath.basename(stem_of(path)).lower()
-    table, longest_first = _extension_table()
+    table, longest_first, dotted = _extension_table()
     # the longest matching suffix wins (".tar" under ".tar.gz", ".csv" under "x.1.csv"): with
     # extensions that start with a dot, that is the suffix from the first dot that is one
-    if all(ext.startswith(".") for ext in longest_first):
+    if dotted:
         dot = base.find(".", 1)
         while dot > 0:
             if base[dot:] in table:
