@@ -28,9 +28,9 @@ MEDIA = (
 )  # fmt: skip
 
 
-# At most this many files per unit, whatever --unit_mb allows: decoding costs ~100x more per byte
-# than parsing JSON (a 40 KB JPEG: ~3 ms), so 64 MB of images is ~5 s of one core; 10,000 such
-# JPEGs made 7 units, and 2 workers then idled for a seventh of the job (issue 10's benchmark).
+# At most this many files per unit, whatever --unit_mb allows: decoding costs far more per byte
+# than parsing JSON (a 40 KB JPEG: ~3 ms), so 64 MB of images is ~5 s of one core, and issue 10's
+# 10,000 JPEGs made only 7 units for 2 workers (4 and 3: the job waits for the fourth); now 40.
 MAX_FILES_PER_UNIT = 256
 
 
