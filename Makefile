@@ -46,9 +46,14 @@ pytest: install-dev services
 
 test: install-dev services lint typecheck pytest
 
+# litdata (the images benchmark's reference) requires torchvision, which pip resolves to a
+# multi-GB CUDA torch: install it with --no-deps; the bench extra lists its other requirements.
+LITDATA_SPEC ?= litdata==0.2.76
+
 bench: install
 	$(PIP) install -q -e ".[bench]"
-	source $(BIN)/activate && python benchmarks/bench_transform.py
+	$(PIP) install -q --no-deps "$(LITDATA_SPEC)"
+	source $(BIN)/activate && python benchmarks/bench_transform.py && python benchmarks/bench_images.py
 
 bench-cache: install-dev services
 	source $(BIN)/activate && python benchmarks/bench_cache.py

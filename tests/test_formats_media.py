@@ -70,6 +70,17 @@ def test_files_are_grouped_into_units_by_size_from_the_input_alone(tmp_path: Pat
     assert recs[0]["bytes"] == Path(files[0][0]).read_bytes()
 
 
+def test_a_unit_holds_at_most_max_files_per_unit_files(tmp_path: Path) -> None:
+    """Many small files are not one unit however large --unit_mb is: decoding is the cost, not bytes."""
+    from torchx_datapipes.io.inputs.files import MAX_FILES_PER_UNIT
+
+    n = 2 * MAX_FILES_PER_UNIT + 3
+    files = [(str(tmp_path / f"f{i:04d}.bin"), 10, 1.0) for i in range(n)]
+    units = plan_units(files, "files", unit_mb=64)
+    assert [len(u.read["files"]) for u in units] == [MAX_FILES_PER_UNIT, MAX_FILES_PER_UNIT, 3]
+    assert [f[0] for u in units for f in u.read["files"]] == [f[0] for f in files]
+
+
 def make_shard(path: Path, members: List[Tuple[str, bytes]], mode: str = "w") -> Path:
     with tarfile.open(path, mode) as tf:
         for name, data in members:

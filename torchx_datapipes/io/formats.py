@@ -74,6 +74,10 @@ class UnitReader:
         """``(file, line in that file)`` of a unit-local location (a group of files: the file itself)."""
         return self.format.location(self, line)
 
+    def members(self, line: int) -> Optional[str]:
+        """The archive members a unit-local record came from (a tar shard's sample), else None."""
+        return self.format.members(self, line)
+
     def batches(self) -> Iterator[Tuple[List[Any], Sequence[int]]]:
         """Batches of parsed records; ``self.records`` counts them as they go."""
         self.format.check_unchanged(self.unit)

@@ -4,7 +4,7 @@ import datetime
 import os
 import posixpath
 import warnings
-from typing import Any, Dict, List, NamedTuple, Sequence, Tuple
+from typing import Any, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 import fsspec
 from fsspec.core import url_to_fs
@@ -63,6 +63,9 @@ def _mtime(info: Dict[str, Any]) -> float:
 
 def stat(url: str) -> Tuple[int, float]:
     """``(size, mtime)`` of one file now (mtime -1 where the filesystem gives none)."""
+    if is_plain_local(url):  # what fsspec's LocalFileSystem.info reports (links followed)
+        st = os.stat(os.path.expanduser(url))
+        return int(st.st_size), float(st.st_mtime)
     fs, path = fs_and_path(url)
     info = fs.info(path)
     return int(info["size"]), _mtime(info)
@@ -95,9 +98,13 @@ def expand_input_files(patterns: List[str]) -> List[InputFile]:
             matches = [path]
         else:
             raise FileNotFoundError(f"input file {pat!r} does not exist")
+        local = _protocol(fs) == "file"
         for m in matches:
-            info = fs.info(m)
             url = unstrip(fs, m)
+            if local:
+                out[url] = InputFile(url, *stat(m))
+                continue
+            info = fs.info(m)
             out[url] = InputFile(url, int(info["size"]), _mtime(info))
     return [out[k] for k in sorted(out)]
 
@@ -135,8 +142,33 @@ def _hidden(relpath: str) -> bool:
     return any(is_bookkeeping(part) for part in relpath.split("/") if part)
 
 
-def normalize(url: str) -> Tuple[str, str]:
-    """``(protocol, path)`` with ``.``, ``..``, ``//`` and (for local paths) symlinks resolved."""
+def is_plain_local(url: str) -> bool:
+    """A local path without a protocol or chaining: fsspec would only make it absolute.
+
+    Per-file work on such paths (stat, open, resolve) skips fsspec, which costs ~100 us a call
+    in URL parsing: a second per 10,000 files (issue 10's images benchmark).
+    """
+    return "://" not in url and "::" not in url
+
+
+def _realpath(path: str, dirs: Optional[Dict[str, str]] = None) -> str:
+    """``os.path.realpath``, resolving each parent directory once when ``dirs`` (a cache) is given."""
+    path = os.path.expanduser(path)
+    if dirs is None or ".." in path.split(os.sep) or os.path.islink(path):
+        return os.path.realpath(path)
+    parent, base = os.path.split(os.path.abspath(path))
+    if parent not in dirs:
+        dirs[parent] = os.path.realpath(parent)
+    return os.path.join(dirs[parent], base)
+
+
+def normalize(url: str, dirs: Optional[Dict[str, str]] = None) -> Tuple[str, str]:
+    """``(protocol, path)`` with ``.``, ``..``, ``//`` and (for local paths) symlinks resolved.
+
+    ``dirs`` caches resolved parent directories across the calls of one check.
+    """
+    if is_plain_local(url):
+        return "file", _realpath(url, dirs)
     fs, path = fs_and_path(url)
     proto = _protocol(fs)
     if proto == "file":
@@ -171,8 +203,9 @@ def check_disjoint(inputs: Sequence[Tuple[str, int]], output: str, patterns: Seq
     """
     out_proto, out = normalize(output)
     fix = "choose an --output outside every input (e.g. a sibling directory)"
+    dirs: Dict[str, str] = {}
     for url, _ in inputs:
-        proto, path = normalize(url)
+        proto, path = normalize(url, dirs)
         if proto == out_proto and (_within(path, out) or _within(out, path)):
             where = "is" if path == out else "lies inside" if _within(path, out) else "contains"
             raise ValueError(

@@ -201,7 +201,7 @@ class Applier:
             raise
         except Exception as e:
             raise RecordError(
-                f"{sink.path}: pipeline function {fn_name(self.fn)} raised {type(e).__name__}: {e}\n"
+                f"{sink.where}: pipeline function {fn_name(self.fn)} raised {type(e).__name__}: {e}\n"
                 "  a pipeline consumes the whole unit, so a failure cannot be pinned to one record and"
                 " --on_error skip cannot route it; handle bad records inside the pipeline (e.g. a filter)"
                 " or use a per-record function"

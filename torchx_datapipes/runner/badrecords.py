@@ -75,6 +75,14 @@ class ErrorSink:
     def path(self) -> str:
         return self.reader.unit.path
 
+    @property
+    def where(self) -> str:
+        """The whole unit, for messages about all of it: its file, or a group's first and last file."""
+        files = (self.reader.unit.read or {}).get("files")
+        if files and len(files) > 1:
+            return f"{files[0][0]} .. {files[-1][0]} ({len(files)} files)"
+        return self.path
+
     def drain_parse_errors(self) -> None:
         """Take the reader's parse failures (raising on the first under ``raise``)."""
         new = self.reader.bad[self._seen_parse :]
@@ -92,12 +100,14 @@ class ErrorSink:
         self._add(BadRecord(line, f"{type(e).__name__}: {e}", raw, stage), tb)
 
     def _add(self, b: BadRecord, tb: Optional[str] = None) -> None:
-        line = self.reader.absolute(b.line)
+        # the record's own file (a group of files: that file, not the unit's first) and line there
+        path, line = self.reader.location(b.line)
+        members = self.reader.members(b.line)
         if self.policy is OnError.RAISE:
             what = "cannot parse record" if b.stage == "parse" else f"{self.fn_name} raised {b.error}"
             if b.stage == "serialize":
                 what = f"cannot write the output record: {b.error}"
-            msg = f"{self.path}, line {line}: {what}"
+            msg = f"{path}, line {line}" + (f" (members {members})" if members else "") + f": {what}"
             if b.stage == "parse":
                 msg += f": {b.error}"
             msg += f"\n  record: {b.raw[:300]}"
@@ -108,7 +118,9 @@ class ErrorSink:
                 f" {join(self.output, ERRORS_DIR)}/ and go on"
             )
             raise RecordError(msg)
-        item = {"file": self.path, "line": line, "stage": b.stage, "error": b.error, "raw": b.raw}
+        item: Dict[str, Any] = {"file": path, "line": line, "stage": b.stage, "error": b.error, "raw": b.raw}
+        if members:
+            item["members"] = members
         if tb:
             item["traceback"] = tb
         self.items.append(item)

@@ -229,15 +229,19 @@ class SplitOp:
         if sink.policy is not OnError.RAISE:
             sink.record_failed(line, rec, e, stage="split")
             return
-        first, last = reader.absolute(lines[0]), reader.absolute(lines[-1])
-        where = (
-            f"line {reader.absolute(line)}"
-            if i is not None
-            else f"a record fn made from lines {first}-{last}"
-        )
+        path, at = reader.location(line)  # a group of files: the record's own file
+        if i is not None:
+            where = f"{path}, line {at}"
+        else:
+            (first, a), (last, b) = reader.location(lines[0]), reader.location(lines[-1])
+            where = (
+                f"{first}, a record fn made from lines {a}-{b}"
+                if first == last
+                else f"a record fn made from {first} line {a} to {last} line {b}"
+            )
         what = str(e).replace("record 0 of the batch", "the record").replace(" at index 0 of the batch", "")
         raise RecordError(
-            f"{reader.unit.path}, {where}: cannot split: {type(e).__name__}: {what}\n  fix: correct the"
+            f"{where}: cannot split: {type(e).__name__}: {what}\n  fix: correct the"
             f" record or --key/--stratify, or rerun with --on_error skip to write such records to"
             f" {join(self.cfg.output, ERRORS_DIR)}/ and go on"
         )

@@ -139,3 +139,7 @@ class InputFormat:
     def location(self, reader: "UnitReader", line: int) -> Tuple[str, int]:
         """``(file, line)`` of a unit-local location: formats whose units span files override it."""
         return reader.unit.path, self.absolute(reader, line)
+
+    def members(self, reader: "UnitReader", line: int) -> Optional[str]:
+        """The archive members of a unit-local record, for errors: formats reading archives override it."""
+        return None

@@ -1,7 +1,7 @@
 """The unit of work: a piece of the input decided by the input alone, never by the world size."""
 
 import posixpath
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass, fields
 from typing import Any, Dict, Optional
 
 DEFAULT_UNIT_MB = 64
@@ -45,4 +45,5 @@ class Unit:
         return base
 
     def to_json(self) -> Dict[str, Any]:
-        return asdict(self)
+        # shallow: asdict() deep-copies ``read`` (a group's file list) of every unit of the plan
+        return {f.name: getattr(self, f.name) for f in fields(self)}

@@ -5,8 +5,8 @@ One record per sample, ``{"__key__": key, "<ext>": bytes, ...}``, grouped as the
 is the member path up to the first dot of its basename, the extension is the rest, lower-cased;
 consecutive members with the same key form one sample; non-regular members and
 ``__meta__``-style names are skipped. A sample with the same extension twice is a bad record.
-The location of a record (``line`` in errors) is the sample's number in the shard, 1-based; the
-member names are in the error text.
+The location of a record (``line`` in errors) is the sample's number in the shard, 1-based; its
+member names are the error's ``members`` (and are in the raise message).
 """
 
 import re
@@ -33,6 +33,13 @@ class WebDatasetFormat(InputFormat):
     extensions = (".tar", ".tgz")
     strict_unchanged = True
 
+    def __init__(self) -> None:
+        # the member names of each sample read so far (sample n at n - 1), so that an error names them
+        self._members: List[str] = []
+
+    def members(self, reader: "UnitReader", line: int) -> Optional[str]:
+        return self._members[line - 1] if 1 <= line <= len(self._members) else None
+
     def read(self, reader: "UnitReader") -> Batches:
         u = reader.unit
         recs: List[Any] = []
@@ -46,6 +53,7 @@ class WebDatasetFormat(InputFormat):
             nonlocal sample, bad, n
             if sample is not None:
                 n += 1
+                self._members.append(", ".join(members))
                 if bad:
                     reader.add_bad(n, bad, ", ".join(members))
                 else:
