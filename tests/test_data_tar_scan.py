@@ -1,10 +1,13 @@
-"""The fast tar header scan agrees with ``tarfile`` or hands over to it."""
+"""The fast tar header scan agrees with tarfile (or hands over to it); .npy decodes like np.load."""
 
 import io
 import tarfile
 
+import numpy as np
 import pytest
+import torch
 
+from torchx_datapipes.data._decode import npy_tensor
 from torchx_datapipes.data._tar import _tarfile_headers, scan_headers
 
 
@@ -41,3 +44,30 @@ def test_long_names_and_damage_go_to_tarfile() -> None:
     data[0] ^= 1  # the checksum no longer matches
     assert scan_headers(bytes(data)) is None
     assert scan_headers(_tar([("a.txt", b"hello")])[:600]) is None  # truncated member
+
+
+@pytest.mark.parametrize(
+    "arr",
+    [
+        np.arange(24, dtype=np.int8).reshape(2, 3, 4),
+        np.array(3.5, dtype=np.float16),
+        np.zeros((0, 3), dtype=np.int64),
+        np.array([True, False]),
+        np.arange(6, dtype=">i4").reshape(2, 3),  # big-endian: np.load's semantics
+        np.asfortranarray(np.arange(6, dtype=np.float32).reshape(2, 3)),
+        np.arange(5, dtype=np.uint16)[::2],
+    ],
+)
+def test_npy_members_decode_like_np_load(arr: np.ndarray) -> None:
+    buf = io.BytesIO()
+    np.save(buf, arr, allow_pickle=False)
+    data = buf.getvalue()
+    want = np.load(io.BytesIO(data), allow_pickle=False)
+    if want.dtype.byteorder == ">":
+        with pytest.raises((ValueError, TypeError)):
+            torch.from_numpy(want)
+        return
+    for _ in range(2):  # the second decode uses the cached header
+        got = npy_tensor(data)
+        assert got.dtype == torch.from_numpy(want).dtype and tuple(got.shape) == want.shape
+        assert np.array_equal(got.numpy(), want)

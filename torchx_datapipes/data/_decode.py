@@ -51,10 +51,53 @@ def member_field(suffix: str) -> str:
     return head if dot and last in ("npy", "json") else suffix
 
 
+_NPY_MAGIC = b"\x93NUMPY"
+# the parsed header of each distinct .npy header seen: the members of one field share it
+_NPY_HEADERS: Dict[bytes, Optional[Tuple[np.dtype, Tuple[int, ...], int]]] = {}
+
+
+def _npy_header(data: bytes) -> Optional[Tuple[np.dtype, Tuple[int, ...], int]]:
+    """``(dtype, shape, data offset)`` of a C-order .npy of a plain dtype, else None."""
+    if data[:6] != _NPY_MAGIC or len(data) < 10:
+        return None
+    major = data[6]
+    start, hlen = (
+        (10, int.from_bytes(data[8:10], "little"))
+        if major == 1
+        else (12, int.from_bytes(data[8:12], "little"))
+    )
+    raw = bytes(data[: start + hlen])
+    if raw not in _NPY_HEADERS:
+        parsed = None
+        try:
+            header = np.lib.format.read_array_header_1_0(io.BytesIO(raw[8:])) if major == 1 else None
+        except ValueError:
+            header = None
+        if header is not None:
+            shape, fortran, dtype = header
+            if not fortran and not dtype.hasobject:
+                parsed = (dtype, tuple(shape), len(raw))
+        if len(_NPY_HEADERS) < 4096:
+            _NPY_HEADERS[raw] = parsed
+        return parsed
+    return _NPY_HEADERS[raw]
+
+
+def npy_tensor(data: bytes) -> torch.Tensor:
+    """A .npy member as a tensor (``np.load`` semantics, no pickle), its header parsed once."""
+    header = _npy_header(data)
+    if header is None:
+        return torch.from_numpy(np.load(io.BytesIO(data), allow_pickle=False))
+    dtype, shape, offset = header
+    count = int(np.prod(shape, dtype=np.int64))
+    arr = np.frombuffer(data, dtype=dtype, count=count, offset=offset).reshape(shape)
+    return torch.from_numpy(arr.copy())  # writable, and not a view of the tar's bytes
+
+
 def member_value(suffix: str, data: bytes) -> Any:
     last = suffix.rsplit(".", 1)[-1]
     if last == "npy":
-        return torch.from_numpy(np.load(io.BytesIO(data), allow_pickle=False))
+        return npy_tensor(data)
     if last == "json":
         return orjson.loads(data)
     if last in TEXT_EXTS:
