@@ -1,17 +1,31 @@
 """Read-ahead: a daemon thread producing the next items into a bounded queue.
 
 The consumer's generator stops the thread in ``finally`` (an abandoned iterator is closed when
-it is garbage collected, or at interpreter exit), and the thread never blocks for long on a full
-queue, so neither an early ``break`` nor exit hangs. An exception in the thread is re-raised in
-the consumer.
+it is garbage collected), and the thread never blocks for long on a full queue, so neither an
+early ``break`` nor exit hangs. At interpreter exit an ``atexit`` hook stops and joins the
+threads of iterators still alive: a daemon thread left inside native code (a decoder, torch)
+while the interpreter finalizes can abort the process ("terminate called without an active
+exception", seen once in the suite). An exception in the thread is re-raised in the consumer.
 """
 
+import atexit
 import queue
 import threading
-from typing import Callable, Iterator, TypeVar
+from typing import Callable, Dict, Iterator, TypeVar
 
 T = TypeVar("T")
 _POLL_S = 0.1
+_EXIT_JOIN_S = 10.0
+_LIVE: Dict[threading.Thread, threading.Event] = {}  # read-ahead threads not yet stopped
+
+
+@atexit.register
+def _stop_all() -> None:
+    live = list(_LIVE.items())
+    for _, stop in live:
+        stop.set()
+    for thread, _ in live:
+        thread.join(_EXIT_JOIN_S)
 
 
 class _Done:
@@ -50,6 +64,7 @@ def read_ahead(make: Callable[[], Iterator[T]], depth: int) -> Iterator[T]:
     q: queue.Queue[object] = queue.Queue(maxsize=depth)
     stop = threading.Event()
     thread = threading.Thread(target=_produce, args=(make, q, stop), daemon=True, name="tdp-read-ahead")
+    _LIVE[thread] = stop
     thread.start()
     try:
         while True:
@@ -66,3 +81,4 @@ def read_ahead(make: Callable[[], Iterator[T]], depth: int) -> Iterator[T]:
                 q.get_nowait()
             except queue.Empty:
                 thread.join(_POLL_S)
+        _LIVE.pop(thread, None)
