@@ -53,11 +53,11 @@ def member_field(suffix: str) -> str:
 
 _NPY_MAGIC = b"\x93NUMPY"
 # the parsed header of each distinct .npy header seen: the members of one field share it
-_NPY_HEADERS: Dict[bytes, Optional[Tuple[np.dtype, Tuple[int, ...], int]]] = {}
+_NPY_HEADERS: Dict[bytes, Optional[Tuple[np.dtype, Tuple[int, ...], int, int]]] = {}
 
 
-def _npy_header(data: bytes) -> Optional[Tuple[np.dtype, Tuple[int, ...], int]]:
-    """``(dtype, shape, data offset)`` of a C-order .npy of a plain dtype, else None."""
+def _npy_header(data: bytes) -> Optional[Tuple[np.dtype, Tuple[int, ...], int, int]]:
+    """``(dtype, shape, element count, data offset)`` of a C-order .npy of a plain dtype, else None."""
     if data[:6] != _NPY_MAGIC or len(data) < 10:
         return None
     major = data[6]
@@ -76,7 +76,7 @@ def _npy_header(data: bytes) -> Optional[Tuple[np.dtype, Tuple[int, ...], int]]:
         if header is not None:
             shape, fortran, dtype = header
             if not fortran and not dtype.hasobject:
-                parsed = (dtype, tuple(shape), len(raw))
+                parsed = (dtype, tuple(shape), int(np.prod(shape, dtype=np.int64)), len(raw))
         if len(_NPY_HEADERS) < 4096:
             _NPY_HEADERS[raw] = parsed
         return parsed
@@ -88,8 +88,7 @@ def npy_tensor(data: bytes) -> torch.Tensor:
     header = _npy_header(data)
     if header is None:
         return torch.from_numpy(np.load(io.BytesIO(data), allow_pickle=False))
-    dtype, shape, offset = header
-    count = int(np.prod(shape, dtype=np.int64))
+    dtype, shape, count, offset = header
     arr = np.frombuffer(data, dtype=dtype, count=count, offset=offset).reshape(shape)
     return torch.from_numpy(arr.copy())  # writable, and not a view of the tar's bytes
 
