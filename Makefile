@@ -20,9 +20,16 @@ $(VENV)/.installed: pyproject.toml | $(BIN)/python
 	$(PIP) install -q -e ".[parquet,zstd,stats]"
 	touch $@
 
+# litdata (a reference of the images and reader benchmarks, whose smoke tests run in `make test`)
+# requires torchvision, which pip resolves to a multi-GB CUDA torch: it is installed with --no-deps
+# after `pip check` (which would report the missing torchvision); the dev and bench extras list
+# its other requirements.
+LITDATA_SPEC ?= litdata==0.2.76
+
 $(VENV)/.installed-dev: $(VENV)/.installed pyproject.toml
 	$(PIP) install -q -e ".[dev]"
 	$(PIP) check
+	$(PIP) install -q --no-deps "$(LITDATA_SPEC)"
 	touch $@
 
 install: $(VENV)/.installed
@@ -45,10 +52,6 @@ pytest: install-dev services
 	source $(BIN)/activate && pytest -q
 
 test: install-dev services lint typecheck pytest
-
-# litdata (the images benchmark's reference) requires torchvision, which pip resolves to a
-# multi-GB CUDA torch: install it with --no-deps; the bench extra lists its other requirements.
-LITDATA_SPEC ?= litdata==0.2.76
 
 bench: install
 	$(PIP) install -q -e ".[bench]"
