@@ -49,7 +49,7 @@ typecheck: install-dev
 	$(BIN)/mypy
 
 pytest: install-dev services
-	source $(BIN)/activate && pytest -q
+	source $(BIN)/activate && pytest -q --durations=30
 
 test: install-dev services lint typecheck pytest
 

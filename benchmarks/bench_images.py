@@ -17,6 +17,8 @@ Methods:
 - ``ours``: ``torchx run -s local_cwd torchx_datapipes.components:transform --input DIR
   --output OUT -j 1x2 --output_format parquet`` (the ``files`` format is picked for a directory
   of ``.jpg``); the tensors are a fixed-shape tensor column.
+- ``ours-wds``: the same with ``--output_format webdataset``: one tar shard per unit, the tensor as
+  a ``<key>.image.npy`` member (what the Pool(2) loop writes too: ``.npy``), no Parquet encoding.
 - ``pool2``: a hand-written ``multiprocessing.Pool(2)`` loop; a task is a chunk of 500 files,
   written as one stacked ``(n, 3, 64, 64)`` ``.npy`` plus a ``.names`` file. Each worker is in a
   session of its own (``setsid``), as torchrun's ranks are: see :func:`_ref_pool2` for why.
@@ -40,6 +42,7 @@ other work was competing). **steady rec/s** = records / work s. The outputs are 
 from __future__ import annotations
 
 import argparse
+import io
 import json
 import os
 import shutil
@@ -57,7 +60,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _common import REPO_ROOT, Measurement, run_measured, torchx_cmd, torchx_log_tail, write_json  # noqa: E402
 
-METHODS = ("ours", "pool2", "pool2-1s", "litdata")
+METHODS = ("ours", "ours-wds", "pool2", "pool2-1s", "litdata")
+OURS = {"ours": "parquet", "ours-wds": "webdataset"}  # method -> --output_format
 COMPONENT = "torchx_datapipes.components:transform"
 FN = "benchmarks/image_transforms.py:record_to_tensor"
 LITDATA_HINT = "not installed (make bench: pip install --no-deps litdata, see the Makefile)"
@@ -227,7 +231,26 @@ def read_litdata(out: Path, names: Sequence[str]) -> tuple[int, dict[str, np.nda
     return len(ds), found
 
 
-READERS = {"ours": read_ours, "pool2": read_pool2, "pool2-1s": read_pool2, "litdata": read_litdata}
+def read_ours_wds(out: Path, names: Sequence[str]) -> tuple[int, dict[str, np.ndarray]]:
+    """With the ``webdataset`` package (the format's reference reader), not with our own."""
+    import webdataset as wds
+
+    n, found = 0, {}
+    for sample in wds.WebDataset(sorted(str(p) for p in out.glob("part-*.tar")), shardshuffle=False):
+        n += 1
+        name = sample["name.txt"].decode() if "name.txt" in sample else json.loads(sample["name.json"])
+        if name in names:
+            found[name] = np.load(io.BytesIO(sample["image.npy"]), allow_pickle=False)
+    return n, found
+
+
+READERS = {
+    "ours": read_ours,
+    "ours-wds": read_ours_wds,
+    "pool2": read_pool2,
+    "pool2-1s": read_pool2,
+    "litdata": read_litdata,
+}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -275,9 +298,9 @@ def busiest_slot_s(manifest: dict[str, Any]) -> float:
 
 
 def _cmd(method: str, images: Path, out: Path, a: argparse.Namespace) -> list[str]:
-    if method == "ours":
+    if method in OURS:
         cmd = [*torchx_cmd(), "run", "-s", "local_cwd", COMPONENT, "--fn", FN, "--input", str(images)]
-        cmd += ["--output", str(out), "-j", "1x2", "--output_format", "parquet", "--overwrite", "True"]
+        cmd += ["--output", str(out), "-j", "1x2", "--output_format", OURS[method], "--overwrite", "True"]
         return cmd + ["--unit_mb", str(a.unit_mb)] if a.unit_mb else cmd
     return [sys.executable, __file__, "_ref", method, "--input", str(images), "--output", str(out)]
 
@@ -300,7 +323,7 @@ def run_method(method: str, images: Path, n: int, a: argparse.Namespace) -> tupl
     row = Row(method, n, m.wall_s, cpu_s=_children_cpu() - cpu0, load=os.getloadavg()[0])
     if not m.ok:
         return _failed(row, m, "timed out" if m.timed_out else f"rc={m.returncode}"), out
-    if method == "ours":
+    if method in OURS:
         if not (out / "_SUCCESS").exists():
             return _failed(row, m, "no _SUCCESS"), out
         manifest = json.loads((out / "_SUCCESS").read_text())
@@ -352,17 +375,26 @@ def print_table(rows: Sequence[Row], title: str) -> None:
 
 
 def verdict(rows: Sequence[Row]) -> list[str]:
+    """The issue's targets, judged on each of our rows (Parquet output and WebDataset output)."""
     by = {r.method: r for r in rows if r.ok}
-    ours, pool, lit = by.get("ours"), by.get("pool2"), by.get("litdata")
+    pool, lit = by.get("pool2"), by.get("litdata")
     lines = []
-    if ours and pool and ours.steady and pool.steady and ours.wall_s and pool.wall_s:
-        x = ours.steady / pool.steady
-        lines.append(f"steady state vs pool2: {x:.2f}x (target >= 0.9x: {'met' if x >= 0.9 else 'NOT met'})")
-        e2e = pool.wall_s / ours.wall_s
-        lines.append(f"end to end vs pool2: {e2e:.2f}x (wall {ours.wall_s:.2f}s vs {pool.wall_s:.2f}s)")
-    if ours and lit and ours.wall_s and lit.wall_s:
-        x = lit.wall_s / ours.wall_s
-        lines.append(f"end to end vs litdata: {x:.2f}x faster (target > 1x: {'met' if x > 1 else 'NOT met'})")
+    for method in OURS:
+        ours = by.get(method)
+        if ours is None:
+            continue
+        if pool and ours.steady and pool.steady and ours.wall_s and pool.wall_s:
+            x = ours.steady / pool.steady
+            met = "met" if x >= 0.9 else "NOT met"
+            lines.append(f"{method}: steady state vs pool2: {x:.2f}x (target >= 0.9x: {met})")
+            e2e = pool.wall_s / ours.wall_s
+            lines.append(
+                f"{method}: end to end vs pool2: {e2e:.2f}x (wall {ours.wall_s:.2f}s vs {pool.wall_s:.2f}s)"
+            )
+        if lit and ours.wall_s and lit.wall_s:
+            x = lit.wall_s / ours.wall_s
+            met = "met" if x > 1 else "NOT met"
+            lines.append(f"{method}: end to end vs litdata: {x:.2f}x faster (target > 1x: {met})")
     return lines
 
 

@@ -35,12 +35,14 @@ def test_images_are_deterministic_mixed_sizes_and_not_flat(tmp_path: Path) -> No
 def test_tiny_run_checks_every_method(tmp_path: Path) -> None:
     out = tmp_path / "r.json"
     cmd = [sys.executable, str(REPO / "benchmarks/bench_images.py"), "--n", "6", "--check", "2"]
-    cmd += ["--methods", "ours,pool2,litdata", "--workdir", str(tmp_path / "w"), "--json", str(out)]
+    cmd += ["--methods", "ours,ours-wds,pool2,litdata", "--workdir", str(tmp_path / "w"), "--json", str(out)]
     res = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=600)
     assert res.returncode == 0, res.stdout + res.stderr
     rows = {r["method"]: r for r in json.loads(out.read_text())["rows"]}
-    assert set(rows) == {"ours", "pool2", "litdata"}
+    assert set(rows) == {"ours", "ours-wds", "pool2", "litdata"}
     for r in rows.values():
         assert r["ok"] and r["note"] == "checked: 6 records, 2 tensors equal", r
         assert r["wall_s"] > 0 and r["work_s"] > 0 and r["cpu_s"] > 0
-    assert "steady state vs pool2:" in res.stdout and "end to end vs litdata:" in res.stdout
+    for method in ("ours", "ours-wds"):
+        assert f"{method}: steady state vs pool2:" in res.stdout, res.stdout
+        assert f"{method}: end to end vs litdata:" in res.stdout, res.stdout

@@ -20,7 +20,7 @@ from torchx_datapipes import artifact
 from torchx_datapipes import target as _target
 from torchx_datapipes.cluster import META_RELATIVE, encode_relative, place_paths
 from torchx_datapipes.errors import DatapipesError
-from torchx_datapipes.io.fs import check_disjoint, check_io_disjoint, split_patterns
+from torchx_datapipes.io.fs import InputFile, check_disjoint, check_io_disjoint, split_patterns
 from torchx_datapipes.io.inputs.planning import check_input_formats
 from torchx_datapipes.io.lease import refuse_if_held
 from torchx_datapipes.io.manifest import has_success, success_url
@@ -56,9 +56,9 @@ def build_app(op: str, arguments: Mapping[str, Any]) -> specs.AppDef:
     relative: Dict[str, str] = {}
     with client_checks():
         values = place_paths(spec.check(arguments), where, relative)
-        validate_io(values["input"], values["output"], values["overwrite"], where.shares_client_fs)
-        if where.shares_client_fs:  # elsewhere local paths are the job's mounts: the runner checks them
-            check_input_formats(values["input"], values["format"])
+        local = validate_io(values["input"], values["output"], values["overwrite"], where.shares_client_fs)
+        if local is not None:  # elsewhere local paths are the job's mounts: the runner checks them
+            check_input_formats(values["input"], values["format"], files=local)
         validate_cache(values.get("cache"))
         if values.get("cache"):  # the secret goes to a 0600 file (or stays in the job's env), never on argv
             values["cache"] = public_url(values["cache"], values["artifact_store"] or default_store())
@@ -135,11 +135,12 @@ def _is_remote(url: str) -> bool:
     return "://" in url and not url.startswith("file://")
 
 
-def validate_io(input: str, output: str, overwrite: bool, local_fs: bool = True) -> None:
+def validate_io(input: str, output: str, overwrite: bool, local_fs: bool = True) -> Optional[List[InputFile]]:
     """Fail before launch when local inputs are missing or the output is already complete.
 
     With ``local_fs=False`` (a job that does not see this machine's files) local paths are the
-    job's (mounts), so they are compared by their roots, not listed or opened here.
+    job's (mounts), so they are compared by their roots, not listed or opened here, and None is
+    returned; else the local input files, listed once for every client check.
     """
     if not split_patterns(input):
         raise ValueError("--input is empty; pass a glob such as 'data/*.jsonl'")
@@ -149,14 +150,15 @@ def validate_io(input: str, output: str, overwrite: bool, local_fs: bool = True)
             raise FileExistsError(
                 f"{success_url(output)} exists: the output is complete. Pass --overwrite True to replace it"
             )
-        return
-    check_io_disjoint(split_patterns(input), output)
+        return None
+    files = check_io_disjoint(split_patterns(input), output)
     if not _is_remote(output):
         refuse_if_held(output)
     if not overwrite and _complete(output):
         raise FileExistsError(
             f"{success_url(output)} exists: the output is complete. Pass --overwrite True to replace it"
         )
+    return files
 
 
 def _complete(output: str) -> bool:

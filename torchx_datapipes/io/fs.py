@@ -228,10 +228,15 @@ def check_disjoint(inputs: Sequence[Tuple[str, int]], output: str, patterns: Seq
             )
 
 
-def check_io_disjoint(patterns: Sequence[str], output: str) -> None:
-    """The client-side check: local inputs expanded and resolved, remote ones by their roots (no listing)."""
+def check_io_disjoint(patterns: Sequence[str], output: str) -> List[InputFile]:
+    """The client-side check: local inputs expanded and resolved, remote ones by their roots (no listing).
+
+    Returns the expanded local input files, so the other client checks need not list them again.
+    """
     local = [p for p in patterns if not _is_remote(p)]
-    check_disjoint(expand_inputs(local) if local else [], output, patterns)
+    files = expand_input_files(local) if local else []
+    check_disjoint([(f.url, f.size) for f in files], output, patterns)
+    return files
 
 
 def _is_remote(url: str) -> bool:

@@ -1,4 +1,34 @@
+"""``python -m torchx_datapipes.runner``: one rank of a job (see :mod:`torchx_datapipes.runner.main`)."""
+
+import atexit
+import os
+import sys
+import threading
+
 from torchx_datapipes.runner.main import main
+
+
+def exit_now(code: int = 0) -> None:
+    """Exit without the interpreter's module teardown, once the rank's work is committed.
+
+    With torch loaded, freeing every module at exit costs ~0.3 s per rank, and the job (torchrun,
+    then the torchx client) waits for the slowest rank to exit. What a normal exit would still do
+    is done here first: other non-daemon threads are joined, the ``atexit`` handlers run (logging's
+    flush, the user's own), and stdout/stderr are flushed. Only a successful run exits this way; an
+    exception takes the normal path (traceback, torch elastic's error file, exit code 1).
+    """
+    for t in threading.enumerate():
+        if t is not threading.current_thread() and not t.daemon:
+            t.join()
+    atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):  # a closed or broken pipe: nothing more can be said
+            pass
+    os._exit(code)
+
 
 if __name__ == "__main__":
     main()
+    exit_now(0)

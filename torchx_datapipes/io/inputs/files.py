@@ -3,7 +3,8 @@
 One record per file, ``{"path": <url>, "bytes": <raw bytes>, "size": <n>}``, the bytes as
 they are (nothing is decompressed or decoded). Units are groups of consecutive files (in the
 sorted input order) of up to ``--unit_mb`` bytes and :data:`MAX_FILES_PER_UNIT` files each (a
-file larger than ``--unit_mb`` is a unit alone), so they depend on the input alone. A record's
+file larger than ``--unit_mb`` is a unit alone; the last eighth of the files in units a quarter
+that size), so they depend on the input alone. A record's
 location is its position in the unit's group (1-based); :meth:`FilesFormat.location` turns it
 into the file itself, so errors name that file (``file``, with ``line`` 1), never the unit's
 first file.
@@ -32,6 +33,11 @@ MEDIA = (
 # than parsing JSON (a 40 KB JPEG: ~3 ms), so 64 MB of images is ~5 s of one core, and issue 10's
 # 10,000 JPEGs made only 7 units for 2 workers (4 and 3: the job waits for the fourth); now 40.
 MAX_FILES_PER_UNIT = 256
+# The last eighth of the files goes in units a quarter that size (files and bytes): workers claim
+# units as they finish, so the job ends when the last unit does, and a short last unit makes
+# the workers finish together (issue 10's images: the two slots ended 0.4 s apart with 256-file
+# tail units). A function of the input alone, like the rest of the plan.
+TAIL_FRACTION, TAIL_SHRINK = 8, 4
 
 
 class FilesFormat(InputFormat):
@@ -41,8 +47,14 @@ class FilesFormat(InputFormat):
     def plan(self, files: Sequence[PlannedFile], target: int, opts: ReadOptions) -> List[Unit]:
         groups: List[List[PlannedFile]] = []
         total = 0
-        for f in files:
-            if not groups or len(groups[-1]) >= MAX_FILES_PER_UNIT or total + f[1] > target:
+        tail = len(files) - len(files) // TAIL_FRACTION
+        for i, f in enumerate(files):
+            cap, limit = (
+                (MAX_FILES_PER_UNIT, target)
+                if i < tail
+                else (MAX_FILES_PER_UNIT // TAIL_SHRINK, target / TAIL_SHRINK)
+            )
+            if not groups or len(groups[-1]) >= cap or total + f[1] > limit:
                 groups.append([])
                 total = 0
             groups[-1].append(f)

@@ -6,9 +6,9 @@ read exactly once.
 """
 
 import dataclasses
-from typing import Dict, List, Sequence, Tuple, Union
+from typing import Dict, List, Optional, Sequence, Tuple, Union
 
-from torchx_datapipes.io.fs import expand_input_files, split_patterns, stat
+from torchx_datapipes.io.fs import InputFile, expand_input_files, split_patterns, stat
 from torchx_datapipes.io.inputs.base import PlannedFile
 from torchx_datapipes.io.inputs.registry import decode_spec, format_class, resolve
 from torchx_datapipes.io.inputs.unit import DEFAULT_UNIT_MB, Unit
@@ -49,20 +49,24 @@ def assign(units: Sequence[Unit], slot: int, slots: int) -> List[Unit]:
     return list(units[slot::slots])
 
 
-def check_input_formats(patterns: Union[str, Sequence[str]], fmt: str = "auto") -> None:
+def check_input_formats(
+    patterns: Union[str, Sequence[str]], fmt: str = "auto", files: Optional[Sequence[InputFile]] = None
+) -> None:
     """On the client, before launch: every local input file has a format (``ValueError`` naming it).
 
     Remote inputs the client cannot list are left to the runner, which refuses them when planning.
+    ``files``: the local inputs already listed by another client check (else they are listed here).
     """
     name, _ = decode_spec(fmt)
-    pats = split_patterns(patterns) if isinstance(patterns, str) else list(patterns)
-    local = [p for p in pats if "://" not in p or p.startswith("file://")]
     if name != "auto":
         format_class(name)
         return
-    try:
-        files = expand_input_files(local) if local else []
-    except FileNotFoundError:
-        return  # missing inputs are refused by the input checks, with their own message
+    if files is None:
+        pats = split_patterns(patterns) if isinstance(patterns, str) else list(patterns)
+        local = [p for p in pats if "://" not in p or p.startswith("file://")]
+        try:
+            files = expand_input_files(local) if local else []
+        except FileNotFoundError:
+            return  # missing inputs are refused by the input checks, with their own message
     for f in files:
         resolve(f.url, name)
