@@ -8,12 +8,23 @@ with ``mmap_bytes`` > 0 reads are ~10% faster, but every process's RSS then coun
 mapped page of the file, which looks like a private copy per worker to anything that
 watches RSS (measured in benchmarks/bench_cache.py). Put the file on local disk or
 ``/dev/shm``, never on NFS.
+
+Fork: a WAL connection open in a parent at ``fork()`` corrupts SQLite's per-process lock and
+shared-memory state in the child (the child's own connection then fails with "disk I/O
+error"; SQLite's docs: never carry an open connection across fork). So before every fork this
+process closes its thread's open connections (they reopen on next use), and a cache object
+closes its connection when it is freed: Python 3.11's ``sqlite3.Connection`` sits in a reference
+cycle with its statement cache, so dropping the last reference leaves the file open until the
+garbage collector runs (``open_cache(url).clear()`` then a fork failed that way). Connections
+of *other* threads of the parent stay open across a fork: use each cache from one thread, or
+``close()`` it in those threads, before forking workers.
 LMDB is faster but cannot be used across fork and has a single writer and a fixed size.
 """
 
 import os
 import sqlite3
 import time
+import weakref
 from typing import Any, Dict, List, Optional
 
 from torchx_datapipes.cache.base import Cache
@@ -24,6 +35,16 @@ _BATCH = 500  # bound variables per statement (SQLite allows 32766; smaller is f
 _SCHEMA = "CREATE TABLE IF NOT EXISTS kv (k TEXT PRIMARY KEY, v BLOB NOT NULL, expires REAL)"
 # without it, purging expired rows on every set with a ttl scans the whole table (17 ms at 200k rows)
 _EXPIRES_INDEX = "CREATE INDEX IF NOT EXISTS kv_expires ON kv (expires) WHERE expires IS NOT NULL"
+
+
+# every SqliteCache of this process, for the before-fork hook (weak: a freed cache drops out)
+_OPEN: "weakref.WeakSet[SqliteCache]" = weakref.WeakSet()
+
+
+def _close_before_fork() -> None:
+    """``os.register_at_fork(before=...)``: close this thread's connection of every cache."""
+    for cache in list(_OPEN):
+        cache.close()
 
 
 class SqliteCache(Cache):
@@ -76,6 +97,7 @@ class SqliteCache(Cache):
             conn.execute(_SCHEMA)
             conn.execute(_EXPIRES_INDEX)
             self._live_conn = conn
+            _OPEN.add(self)
         return self._live_conn  # type: ignore[no-any-return]
 
     def _wal(self, conn: sqlite3.Connection) -> None:
@@ -136,3 +158,12 @@ class SqliteCache(Cache):
         if self._live_conn is not None:
             self._live_conn.close()
             self._live_conn = None
+
+    def __del__(self) -> None:
+        try:
+            self.close()  # this process's connection of this thread only; never an inherited one
+        except Exception:  # noqa: BLE001 - at interpreter exit modules may already be gone
+            pass
+
+
+os.register_at_fork(before=_close_before_fork)
