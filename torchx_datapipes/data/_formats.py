@@ -66,6 +66,14 @@ def remember(part: Part, data: bytes) -> None:
         total -= len(old)
 
 
+def part_bytes(part: Part) -> Optional[bytes]:
+    """The part's bytes if this process keeps them (read whole to build its index), else None."""
+    data = _PART_BYTES.get((part.url, part.size))
+    if data is not None:
+        _PART_BYTES.move_to_end((part.url, part.size))
+    return data
+
+
 def read_ranges(
     part: Part, ranges: Dict[int, Tuple[int, int]], storage_options: Any, cache_dir: Optional[str]
 ) -> Dict[int, bytes]:
