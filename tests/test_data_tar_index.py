@@ -229,3 +229,31 @@ def test_npy_members_decode_in_place_like_np_load(arr: np.ndarray) -> None:
         assert np.array_equal(t.numpy(), want)
     got[0].fill_(1) if got[0].numel() else None  # writable; a view of its own read only
     assert np.array_equal(got[2].numpy(), arr)
+
+
+def _mixed(r: Dict[str, Any]) -> Dict[str, Any]:
+    i = int(r["id"])
+    if i < 60:  # part 0: one layout
+        return {"id": i, "a": np.full(3, i, dtype=np.int16)}
+    if i < 110:  # part 1: another
+        return {"id": i, "b": f"b{i}", "cls": i % 3}
+    return {"id": i, "a": np.full(3, i, dtype=np.int16), "b": None if i % 2 else f"b{i}"}  # part 2: varies
+
+
+def test_parts_of_different_members_mix_in_a_shuffle_window(tmp_path: Path) -> None:
+    inp = make_input(tmp_path, SIZES)
+    run_op("transform", inp, tmp_path / "o", "--output_format", "webdataset", fn=_mixed)
+    out = str(tmp_path / "o")
+    plain = _read(out)
+    assert [r["id"] for r in plain] == list(range(sum(SIZES)))
+    assert set(plain[0]) == {"__key__", "id", "a"} and set(plain[60]) == {"__key__", "id", "b", "cls"}
+    assert set(plain[111]) == {"__key__", "id", "a"} and plain[112]["b"] == "b112"
+    for kw in [{"shuffle": True, "seed": 1, "shuffle_window": 200}, {"columns": ["b", "id"]}]:
+        got = _read(out, **kw)
+        by_id = {r["id"]: r for r in got}
+        assert sorted(by_id) == list(range(sum(SIZES)))
+        cols = kw.get("columns")
+        for r in plain:
+            want = r if cols is None else {"__key__": r["__key__"], **{c: r.get(c) for c in cols}}
+            assert by_id[r["id"]] == want
+            assert list(by_id[r["id"]]) == list(want)  # the same field order too

@@ -42,12 +42,15 @@ def _gather(cache: Mapping[int, Chunk], chunk_ids: List[int], rows: List[int]) -
     if isinstance(first, Columns):
         if len(cache) == 1:
             return first.take(rows)
-        cols = tuple(
-            [cache[c].values[k][r] for c, r in zip(chunk_ids, rows)]  # type: ignore[union-attr]
-            for k in range(len(first.names))
-        )
-        return Columns(first.names, cols, len(rows))
-    return [cache[c][r] for c, r in zip(chunk_ids, rows)]  # type: ignore[index]
+        if all(isinstance(ch, Columns) and ch.names == first.names for ch in cache.values()):
+            cols = tuple(
+                [cache[c].values[k][r] for c, r in zip(chunk_ids, rows)]  # type: ignore[union-attr]
+                for k in range(len(first.names))
+            )
+            return Columns(first.names, cols, len(rows))
+    # records, or columns of different names (tar parts with other members) mixed with records
+    recs = {c: list(ch.records()) if isinstance(ch, Columns) else ch for c, ch in cache.items()}
+    return [recs[c][r] for c, r in zip(chunk_ids, rows)]
 
 
 def all_chunk_sizes(fmt: PartFormat, parts: Sequence[Part], opts: ReadOptions) -> List[List[int]]:

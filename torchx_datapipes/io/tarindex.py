@@ -18,8 +18,9 @@ The file is one JSON object (orjson)::
 member name after ``<key>.``. A record without members (every field None) is listed too.
 """
 
+import functools
 from dataclasses import dataclass
-from typing import Dict, List, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 import orjson
@@ -39,6 +40,16 @@ class TarIndex:
     sids: List[int]  # per member: index into suffixes
     offsets: List[int]  # per member: data offset in the tar
     sizes: List[int]  # per member
+
+    @functools.cached_property
+    def layout(self) -> Optional[Tuple[int, ...]]:
+        """The suffix ids every record has, in order, when all records have the same ones; else None."""
+        starts, sids = np.asarray(self.starts, dtype=np.int64), np.asarray(self.sids, dtype=np.int64)
+        k = int(starts[1] - starts[0]) if len(starts) > 1 else 0
+        if k == 0 or np.any(np.diff(starts) != k):
+            return None
+        rows = sids.reshape(-1, k)
+        return tuple(rows[0].tolist()) if bool(np.all(rows == rows[0])) else None
 
     def span(self, a: int, b: int) -> Tuple[int, int]:
         """The byte range ``[start, end)`` holding the members of records ``[a, b)`` (may be empty)."""
