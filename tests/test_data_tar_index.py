@@ -257,3 +257,17 @@ def test_parts_of_different_members_mix_in_a_shuffle_window(tmp_path: Path) -> N
             want = r if cols is None else {"__key__": r["__key__"], **{c: r.get(c) for c in cols}}
             assert by_id[r["id"]] == want
             assert list(by_id[r["id"]]) == list(want)  # the same field order too
+
+
+def _some_empty(r: Dict[str, Any]) -> Dict[str, Any]:
+    i = int(r["id"])
+    return {"x": None} if i % 10 == 3 else {"id": i}
+
+
+def test_a_record_without_members_is_read_from_the_index(tmp_path: Path) -> None:
+    inp = make_input(tmp_path, SIZES)
+    run_op("transform", inp, tmp_path / "o", "--output_format", "webdataset", fn=_some_empty)
+    recs = _read(str(tmp_path / "o"))
+    assert len(recs) == sum(SIZES)
+    assert recs[3] == {"__key__": "00000_000003"} and recs[4]["id"] == 4
+    assert [r.get("id") for r in recs if "id" in r] == [i for i in range(sum(SIZES)) if i % 10 != 3]
