@@ -248,15 +248,19 @@ def test_parts_of_different_members_mix_in_a_shuffle_window(tmp_path: Path) -> N
     assert [r["id"] for r in plain] == list(range(sum(SIZES)))
     assert set(plain[0]) == {"__key__", "id", "a"} and set(plain[60]) == {"__key__", "id", "b", "cls"}
     assert set(plain[111]) == {"__key__", "id", "a"} and plain[112]["b"] == "b112"
-    for kw in [{"shuffle": True, "seed": 1, "shuffle_window": 200}, {"columns": ["b", "id"]}]:
+    for kw in [
+        {"shuffle": True, "seed": 1, "shuffle_window": 200},
+        {"columns": ["b", "id"]},
+        {"columns": ["__key__", "cls"], "shuffle": True, "seed": 2, "shuffle_window": 100},
+    ]:
         got = _read(out, **kw)
-        by_id = {r["id"]: r for r in got}
-        assert sorted(by_id) == list(range(sum(SIZES)))
+        by_key = {r["__key__"]: r for r in got}
+        assert len(got) == len(by_key) == sum(SIZES)
         cols = kw.get("columns")
         for r in plain:
             want = r if cols is None else {"__key__": r["__key__"], **{c: r.get(c) for c in cols}}
-            assert by_id[r["id"]] == want
-            assert list(by_id[r["id"]]) == list(want)  # the same field order too
+            assert by_key[r["__key__"]] == want
+            assert list(by_key[r["__key__"]]) == list(want)  # the same field order too
 
 
 def _some_empty(r: Dict[str, Any]) -> Dict[str, Any]:

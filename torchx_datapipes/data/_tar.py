@@ -196,6 +196,9 @@ class TarFormat:
         st, off, sz, k = index.starts, index.offsets, index.sizes, len(layout)
         values: List[List[Any]] = [index.keys[a:b]]
         for name in names[1:]:
+            if name == "__key__":  # columns=[..., "__key__"]: the key, as a record's dict has it
+                values.append(index.keys[a:b])
+                continue
             if name not in fields:
                 values.append([None] * (b - a))
                 continue
