@@ -275,3 +275,14 @@ def test_a_record_without_members_is_read_from_the_index(tmp_path: Path) -> None
     assert len(recs) == sum(SIZES)
     assert recs[3] == {"__key__": "00000_000003"} and recs[4]["id"] == 4
     assert [r.get("id") for r in recs if "id" in r] == [i for i in range(sum(SIZES)) if i % 10 != 3]
+
+
+def test_a_part_modified_after_commit_is_refused_even_with_an_index(tmp_path: Path) -> None:
+    out = Path(transform_output(tmp_path, SIZES, "webdataset"))
+    part = out / "part-00001.tar"
+    part.write_bytes(part.read_bytes() + b"\0" * 512)
+    with pytest.raises(ValueError, match=r"part-00001\.tar is \d+ bytes but the manifest .* recorded \d+"):
+        list(OutputDataset(str(out), read_ahead=0))
+    clear_caches()
+    with pytest.raises(ValueError, match=r"part-00001\.tar is \d+ bytes"):
+        OutputDataset.map_style(str(out))[70]
