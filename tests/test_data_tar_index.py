@@ -286,3 +286,25 @@ def test_a_part_modified_after_commit_is_refused_even_with_an_index(tmp_path: Pa
     clear_caches()
     with pytest.raises(ValueError, match=r"part-00001\.tar is \d+ bytes"):
         OutputDataset.map_style(str(out))[70]
+
+
+def _long_keys(r: Dict[str, Any]) -> Dict[str, Any]:
+    i = int(r["id"])
+    return {"__key__": f"dir/ünï-{'k' * (120 + i % 7)}-{i}", "id": i, "v": np.arange(i % 5)}
+
+
+def test_pax_headers_long_and_non_ascii_names_are_indexed_exactly(tmp_path: Path) -> None:
+    inp = make_input(tmp_path, [9, 4])
+    run_op("transform", inp, tmp_path / "o", "--output_format", "webdataset", fn=_long_keys)
+    data = (tmp_path / "o" / "part-00000.tar").read_bytes()
+    index = decode((tmp_path / "o" / "_index" / "part-00000.tar.idx").read_bytes(), len(data), 9)
+    with tarfile.open(fileobj=io.BytesIO(data)) as tar:
+        want = [(m.name, m.offset_data, m.size) for m in tar if m.isfile()]
+    got = [
+        (f"{index.keys[r]}.{index.suffixes[index.sids[m]]}", index.offsets[m], index.sizes[m])
+        for r in range(len(index.keys))
+        for m in range(index.starts[r], index.starts[r + 1])
+    ]
+    assert got == want and want[0][0].startswith("dir/ünï-")
+    recs = _read(str(tmp_path / "o"))
+    assert [r["id"] for r in recs] == list(range(13)) and recs[3]["v"] == [0, 1, 2]
