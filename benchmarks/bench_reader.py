@@ -21,8 +21,9 @@ Every record is consumed and checked (count, each id once, sample values). ``our
 only the first ``--map-limit`` (1024) indices: each of its batches decodes whole row groups (see
 :mod:`readerbench.readers`); its row says how many records it read.
 
-Targets (issue 11), judged on ``ours`` (shuffle off): more records/s than every litdata and HF
-row, and >= 0.8x the plain pyarrow reader, on both data sets. ``--repeat R`` makes R rounds over
+Targets (issue 11), judged on ``ours`` (shuffle off) and on ``ours-wds`` (our WebDataset copy),
+each on its own: more records/s than every litdata and HF row, and >= 0.8x the plain pyarrow
+reader, on both data sets. ``--repeat R`` makes R rounds over
 all readers (round-robin) and keeps each reader's fastest pass; on this shared 2-core machine, also
 run the whole script twice and compare.
 """
@@ -81,29 +82,35 @@ def _subset(ap: argparse.ArgumentParser, what: str, value: str, known: Sequence[
 
 
 def judge(results: Sequence[measure.Result]) -> list[str]:
-    """Lines per data set: are the issue's targets met by ``ours`` (and by ``ours-wds``)?"""
+    """Lines per data set: are the issue's targets met by ``ours`` and by ``ours-wds``, each on its own?
+
+    ``ours-wds`` reads our WebDataset copy of the same records; its pyarrow ratio compares it with
+    the hand-written Parquet reader (another format, so it says so).
+    """
     lines = []
     for name in dict.fromkeys(r.dataset for r in results):
+        asked = {r.method for r in results if r.dataset == name}
         by = {r.method: r for r in results if r.dataset == name and r.check == "ok"}
-        ours = by.get("ours")
-        if ours is None:
-            lines.append(f"{name}: no valid `ours` row: targets not judged")
-            continue
         refs = [by[m] for m in REFERENCES if m in by]
         best = max(refs, key=lambda r: r.records_per_s, default=None)
-        for mine in [m for m in ("ours", "ours-wds") if m in by]:
+        for mine in [m for m in ("ours", "ours-wds") if m in asked or m == "ours"]:
+            label = "" if mine == "ours" else f" [{mine}]"
+            if mine not in by:
+                lines.append(f"{name}{label}: no valid `{mine}` row: targets not judged")
+                continue
             if best is not None:
                 ratio = by[mine].records_per_s / best.records_per_s
-                label = "" if mine == "ours" else f" [{mine}]"
                 lines.append(
                     f"{name}{label}: ahead of litdata and HF (best: {best.method}, "
                     f"{ratio:.2f}x): {'met' if ratio > 1 else 'MISSED'}"
                 )
-        if "pyarrow" in by:
-            ratio = ours.records_per_s / by["pyarrow"].records_per_s
-            lines.append(
-                f"{name}: >= 0.8x plain pyarrow ({ratio:.2f}x): {'met' if ratio >= 0.8 else 'MISSED'}"
-            )
+            if "pyarrow" in by:
+                ratio = by[mine].records_per_s / by["pyarrow"].records_per_s
+                note = "" if mine == "ours" else ", tar vs Parquet"
+                lines.append(
+                    f"{name}{label}: >= 0.8x plain pyarrow ({ratio:.2f}x{note}):"
+                    f" {'met' if ratio >= 0.8 else 'MISSED'}"
+                )
     return lines
 
 

@@ -49,7 +49,7 @@ def test_tiny_run_checks_every_reader(tmp_path: Path) -> None:
         assert r["check"] == "ok" and r["records"] == want, r
         assert 0 < r["first_batch_s"] <= r["seconds"] and r["records_per_s"] > 0
     assert set(doc["write_s"]["images"]) == {"ours", "ours-wds", "litdata", "hf"}
-    assert len(doc["targets"]) == 6 and "| tokens | ours |" in res.stdout
+    assert len(doc["targets"]) == 8 and "| tokens | ours |" in res.stdout
 
 
 def test_targets_are_judged_against_the_best_reference_and_pyarrow() -> None:
@@ -66,4 +66,15 @@ def test_targets_are_judged_against_the_best_reference_and_pyarrow() -> None:
     assert bench_reader.judge(rows)[1].endswith("(0.71x): MISSED")
     assert bench_reader.judge([row("pyarrow", 1.0), row("ours", 0.5, "3 ids missing")]) == [
         "tokens: no valid `ours` row: targets not judged"
+    ]
+    rows += [row("ours-wds", 0.9)]  # judged on its own, whatever `ours` did
+    assert bench_reader.judge(rows)[2:] == [
+        "tokens [ours-wds]: ahead of litdata and HF (best: hf-map, 1.44x): met",
+        "tokens [ours-wds]: >= 0.8x plain pyarrow (1.11x, tar vs Parquet): met",
+    ]
+    rows[0:4] = [row("pyarrow", 1.0), row("litdata", 0.5), row("ours", 0.5, "1 id missing")]
+    assert bench_reader.judge(rows) == [
+        "tokens: no valid `ours` row: targets not judged",
+        "tokens [ours-wds]: ahead of litdata and HF (best: litdata, 0.56x): MISSED",
+        "tokens [ours-wds]: >= 0.8x plain pyarrow (1.11x, tar vs Parquet): met",
     ]

@@ -30,3 +30,24 @@ def test_default_window_comes_from_the_manifest_and_an_explicit_one_wins(tmp_pat
     assert ds.state_dict()["shuffle_window"] == ds.shuffle_window
     assert sorted(ids(list(ds))) == list(range(800))
     assert OutputDataset(str(out), shuffle=True, shuffle_window=5000).shuffle_window == 5000
+
+
+def test_distinct_is_np_unique_without_importing_numpy_ma() -> None:
+    import subprocess
+    import sys
+
+    from torchx_datapipes.data._order import distinct
+
+    for a in [
+        np.array([3, 1, 3, 2, 2]),
+        np.array([], dtype=np.int64),
+        np.array([5]),
+        np.array([[1, 1], [0, 7]]),
+    ]:
+        assert distinct(a) == np.unique(a).tolist()
+    code = (
+        "import sys, numpy as np; from torchx_datapipes.data._order import distinct;"
+        " distinct(np.array([2, 1, 2])); print('numpy.ma' in sys.modules)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.stdout.strip() == "False", out.stderr

@@ -213,7 +213,8 @@ def prepare(s: Spec, cache: Path, parts: int) -> Copies:
     marker = root / "_DONE"
     if marker.exists():
         copies = Copies(root, json.loads(marker.read_text())["write_s"])
-        if "ours-wds" not in copies.write_s:  # a cache from before the WebDataset copy
+        # a cache from before the WebDataset copy, or from before its parts had offset indexes
+        if "ours-wds" not in copies.write_s or not (copies.ours_wds / "_index").is_dir():
             _add_wds(s, copies, parts, marker)
         return copies
     shutil.rmtree(root, ignore_errors=True)

@@ -2,7 +2,7 @@
 
 import io
 from dataclasses import dataclass
-from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 
 import numpy as np
 import orjson
@@ -91,6 +91,89 @@ def npy_tensor(data: bytes) -> torch.Tensor:
     dtype, shape, count, offset = header
     arr = np.frombuffer(data, dtype=dtype, count=count, offset=offset).reshape(shape)
     return torch.from_numpy(arr.copy())  # writable, and not a view of the tar's bytes
+
+
+# ---- members decoded in place: (uint8 array of a piece, offset, size) -> value --------------
+# The array is read for one piece of a part and owned by that read, so a tensor may be a view of
+# it (writable, shared with no one); other values are copied out.
+
+MemberDecoder = Callable[[np.ndarray, int, int], Any]
+_U8 = np.dtype(np.uint8)
+_NpyHeader = Tuple[bytes, np.dtype, Tuple[int, ...], int, int]  # header, dtype, shape, its length, data bytes
+
+
+class NpyDecoder:
+    """A member field's ``.npy`` decoder: its header is parsed once and then checked by a prefix compare.
+
+    A member whose header differs is parsed again (and becomes the cached one); anything the fast
+    path does not cover (non-native byte order, Fortran order, short data, .npy v2) goes through
+    :func:`npy_tensor`, i.e. ``np.load``'s semantics.
+    """
+
+    def __init__(self) -> None:
+        self.header: Optional[_NpyHeader] = None
+
+    def __call__(self, arr: np.ndarray, off: int, size: int) -> Any:
+        h = self.header
+        if h is None or h[3] + h[4] > size or arr[off : off + h[3]].tobytes() != h[0]:
+            h = self._parse(arr, off, size)
+            if h is None:
+                return npy_tensor(arr[off : off + size].tobytes())
+        _, dtype, shape, hlen, nbytes = h
+        a = arr[off + hlen : off + hlen + nbytes]
+        if dtype != _U8:
+            a = a.view(dtype)
+            if not a.flags.aligned:
+                a = a.copy()
+        return torch.from_numpy(a.reshape(shape))
+
+    def _parse(self, arr: np.ndarray, off: int, size: int) -> Optional[_NpyHeader]:
+        parsed = _npy_header(arr[off : off + min(size, 1 << 16)].tobytes())
+        if parsed is None:
+            return None
+        dtype, shape, count, hlen = parsed
+        if not dtype.isnative or dtype.kind not in "biufc" or hlen + count * dtype.itemsize > size:
+            return None
+        try:
+            torch.from_numpy(np.empty(0, dtype))
+        except TypeError:  # a dtype torch has no tensor for
+            return None
+        self.header = (arr[off : off + hlen].tobytes(), dtype, shape, hlen, count * dtype.itemsize)
+        return self.header
+
+
+def _json_member(arr: np.ndarray, off: int, size: int) -> Any:
+    return orjson.loads(arr[off : off + size].tobytes())
+
+
+def _text_member(arr: np.ndarray, off: int, size: int) -> Any:
+    return arr[off : off + size].tobytes().decode()
+
+
+def _int_member(arr: np.ndarray, off: int, size: int) -> Any:
+    text = arr[off : off + size].tobytes().decode()
+    try:
+        return int(text)
+    except ValueError:
+        return text
+
+
+def _bytes_member(arr: np.ndarray, off: int, size: int) -> Any:
+    return arr[off : off + size].tobytes()
+
+
+def member_decoder(suffix: str) -> MemberDecoder:
+    """The in-place decoder of members ``<key>.<suffix>`` (same values as :func:`member_value`)."""
+    last = suffix.rsplit(".", 1)[-1]
+    if last == "npy":
+        return NpyDecoder()
+    if last == "json":
+        return _json_member
+    if last in TEXT_EXTS:
+        return _text_member
+    if last in INT_TEXT_EXTS:
+        return _int_member
+    return _bytes_member
 
 
 def member_value(suffix: str, data: bytes) -> Any:

@@ -8,8 +8,9 @@ import hashlib
 import os
 import shutil
 import uuid
-from typing import IO, Any, Dict, Mapping, Optional, Set, Tuple
+from typing import IO, Any, Dict, List, Mapping, Optional, Set, Tuple, cast
 
+import numpy as np
 from fsspec.core import url_to_fs
 
 from torchx_datapipes.data._parts import Part
@@ -112,4 +113,35 @@ def read_ranges(
         for key, (start, end) in sorted(ranges.items(), key=lambda kv: kv[1]):
             f.seek(start)
             out[key] = f.read(end - start)
+    return out
+
+
+def read_into(
+    part: Part,
+    ranges: List[Tuple[int, int]],
+    storage_options: Optional[Mapping[str, Any]],
+    cache_dir: Optional[str],
+) -> List[np.ndarray]:
+    """A fresh uint8 array per ``[start, end)`` of ``ranges`` (increasing), read with one open.
+
+    Callers keep the ranges small (about 1 MB): a read into a buffer the CPU cache holds is
+    several times faster than one large read (which also page-faults a fresh allocation), and
+    ``np.empty`` is not zero-filled as a ``bytearray`` is.
+    """
+    out: List[np.ndarray] = []
+    with open_part(part, storage_options, cache_dir) as f:
+        readinto, pos = cast(Any, f).readinto, -1
+        for start, end in ranges:
+            buf = np.empty(end - start, np.uint8)
+            if end > start:
+                if pos != start:
+                    f.seek(start)
+                view, got = buf.data, 0
+                while got < len(buf):
+                    n = readinto(view[got:])
+                    if not n:
+                        raise EOFError(f"{part.url} ended at byte {start + got}, before {end}")
+                    got += n
+                pos = end
+            out.append(buf)
     return out

@@ -1,9 +1,10 @@
 """What every part format provides, and what the formats share.
 
 A chunk is a Parquet row group (``_parquet.py``), or up to :data:`CHUNK_RECORDS` consecutive
-records of a JSON Lines (``_lines.py``) or WebDataset tar part (``_tar.py``). JSON Lines and tar
-parts get a record -> byte-range index built by one sequential read of the part on first use;
-indexes, footers and recently read bytes are cached per process (never pickled).
+records of a JSON Lines (``_lines.py``) or WebDataset tar part (``_tar.py``). JSON Lines parts
+(and tar parts without the offset index their writer commits) get a record -> byte-range index
+built by one sequential read of the part on first use; indexes, footers and recently read bytes
+are cached per process (never pickled).
 """
 
 from collections import OrderedDict
@@ -64,6 +65,14 @@ def remember(part: Part, data: bytes) -> None:
     while total > PART_BYTES_LIMIT:
         _, old = _PART_BYTES.popitem(last=False)
         total -= len(old)
+
+
+def part_bytes(part: Part) -> Optional[bytes]:
+    """The part's bytes if this process keeps them (read whole to build its index), else None."""
+    data = _PART_BYTES.get((part.url, part.size))
+    if data is not None:
+        _PART_BYTES.move_to_end((part.url, part.size))
+    return data
 
 
 def read_ranges(

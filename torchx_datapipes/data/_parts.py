@@ -9,19 +9,23 @@ from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 import orjson
 
-from torchx_datapipes.io.layout import SUCCESS
+from torchx_datapipes.io.layout import SUCCESS, tar_index_file
 
 FORMATS = ("jsonl", "parquet", "webdataset")
 
 
 @dataclass(frozen=True)
 class Part:
-    """One committed part file: its URL, relative path, size in bytes and record count."""
+    """One committed part file: its URL, relative path, size in bytes and record count.
+
+    ``index``: ``(url, size, xxh3_128)`` of a WebDataset part's committed offset index, if any.
+    """
 
     url: str
     path: str
     size: int
     records: int
+    index: Optional[Tuple[str, int, str]] = None
 
 
 def _read_success(url: str, storage_options: Optional[Mapping[str, Any]]) -> Dict[str, Any]:
@@ -74,7 +78,8 @@ def _check_split(url: str, manifest: Mapping[str, Any], split: Optional[str]) ->
 
 
 def _unit_parts(url: str, unit: Mapping[str, Any], split: Optional[str]) -> List[Part]:
-    sizes = {f["path"]: int(f["size"]) for f in unit.get("files", [])}
+    files = {f["path"]: f for f in unit.get("files", [])}
+    sizes = {p: int(f["size"]) for p, f in files.items()}
     outputs = list(unit.get("outputs", []))
     if split is not None:
         outputs = [p for p in outputs if p.startswith(f"{split}/")]
@@ -90,7 +95,10 @@ def _unit_parts(url: str, unit: Mapping[str, Any], split: Optional[str]) -> List
     for path, n in zip(outputs, counts):
         if path not in sizes:
             raise ValueError(f"{url}/_SUCCESS: part {path} has no 'files' entry (size); rerun the job")
-        parts.append(Part(f"{url.rstrip('/')}/{path}", path, sizes[path], n))
+        idx = files.get(tar_index_file(path))
+        if idx is not None:
+            idx = (f"{url.rstrip('/')}/{idx['path']}", int(idx["size"]), str(idx.get("xxh3_128")))
+        parts.append(Part(f"{url.rstrip('/')}/{path}", path, sizes[path], n, idx))
     return parts
 
 

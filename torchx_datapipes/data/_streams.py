@@ -12,6 +12,7 @@ from typing import Callable, Dict, Iterator, List
 import numpy as np
 
 from torchx_datapipes.data._decode import Columns
+from torchx_datapipes.data._order import distinct
 
 OpenStream = Callable[[int], Iterator[Columns]]  # start row -> the chunk's rows from there on
 
@@ -54,7 +55,7 @@ def gather(streams: Dict[int, ChunkStream], chunk_ids: np.ndarray, rows: np.ndar
     """
     pieces: Dict[int, Columns] = {}
     local = rows.copy()
-    for c in np.unique(chunk_ids).tolist():
+    for c in distinct(chunk_ids):
         mask = chunk_ids == c
         lo, hi = int(rows[mask].min()), int(rows[mask].max()) + 1
         pieces[c] = streams[c].take(lo, hi)

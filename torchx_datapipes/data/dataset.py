@@ -8,13 +8,12 @@ never an open file or filesystem, so DataLoader workers of every start method ca
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
 
-import numpy as np
 import torch.utils.data
 
 from torchx_datapipes.data import _args, _parquet
 from torchx_datapipes.data._decode import Columns
 from torchx_datapipes.data._formats import Chunk, PartFormat, ReadOptions, Record, part_format
-from torchx_datapipes.data._order import EpochOrder
+from torchx_datapipes.data._order import EpochOrder, distinct
 from torchx_datapipes.data._parquet import ParquetFormat
 from torchx_datapipes.data._parts import Part, load_parts
 from torchx_datapipes.data._plan import Interval, pieces, plan_len, rank_span, split_span
@@ -42,12 +41,15 @@ def _gather(cache: Mapping[int, Chunk], chunk_ids: List[int], rows: List[int]) -
     if isinstance(first, Columns):
         if len(cache) == 1:
             return first.take(rows)
-        cols = tuple(
-            [cache[c].values[k][r] for c, r in zip(chunk_ids, rows)]  # type: ignore[union-attr]
-            for k in range(len(first.names))
-        )
-        return Columns(first.names, cols, len(rows))
-    return [cache[c][r] for c, r in zip(chunk_ids, rows)]  # type: ignore[index]
+        if all(isinstance(ch, Columns) and ch.names == first.names for ch in cache.values()):
+            cols = tuple(
+                [cache[c].values[k][r] for c, r in zip(chunk_ids, rows)]  # type: ignore[union-attr]
+                for k in range(len(first.names))
+            )
+            return Columns(first.names, cols, len(rows))
+    # records, or columns of different names (tar parts with other members) mixed with records
+    recs = {c: list(ch.records()) if isinstance(ch, Columns) else ch for c, ch in cache.items()}
+    return [recs[c][r] for c, r in zip(chunk_ids, rows)]
 
 
 def all_chunk_sizes(fmt: PartFormat, parts: Sequence[Part], opts: ReadOptions) -> List[List[int]]:
@@ -205,7 +207,7 @@ class OutputDataset(torch.utils.data.IterableDataset):  # type: ignore[type-arg]
         for a, b, pad in todo:
             for sa, sb in order.segments(a, b):
                 chunk_ids, rows = order.locate(sa, sb)
-                needed = np.unique(chunk_ids).tolist()
+                needed = distinct(chunk_ids)
                 cache = {c: cache[c] if c in cache else self._read_chunk(fmt, c) for c in needed}
                 yield _gather(cache, chunk_ids.tolist(), rows.tolist()), pad
 
@@ -220,7 +222,7 @@ class OutputDataset(torch.utils.data.IterableDataset):  # type: ignore[type-arg]
                     step = sb - sa if self.shuffle else _parquet.STREAM_ROWS  # in order: serve as decoded
                     for ca in range(sa, sb, step):
                         chunk_ids, rows = order.locate(ca, min(ca + step, sb))
-                        for c in np.unique(chunk_ids).tolist():
+                        for c in distinct(chunk_ids):
                             if c not in streams:
                                 streams[c] = ChunkStream(
                                     self._opener(fmt, c), int(rows[chunk_ids == c].min())

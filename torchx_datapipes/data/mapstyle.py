@@ -13,6 +13,7 @@ import torch.utils.data
 
 from torchx_datapipes.data import _args
 from torchx_datapipes.data._formats import ReadOptions, Record, part_format
+from torchx_datapipes.data._order import distinct
 from torchx_datapipes.data._parts import Part, load_parts
 
 
@@ -58,7 +59,7 @@ class OutputMapDataset(torch.utils.data.Dataset):  # type: ignore[type-arg]
         part_of = np.searchsorted(self._starts, idx, side="right") - 1
         fmt = part_format(self._format)
         out: List[Optional[Record]] = [None] * len(idx)
-        for p in np.unique(part_of).tolist():
+        for p in distinct(part_of):
             where = np.flatnonzero(part_of == p)
             rows = (idx[where] - self._starts[p]).tolist()
             for k, rec in zip(where.tolist(), fmt.read_rows(self._parts[p], rows, self._opts)):

@@ -2,6 +2,7 @@
 
 An output directory holds the committed parts (``part-NNNNN.<ext>``, under ``<split>/`` for
 split), per-unit commit records and side files (``_units/``), bad records (``_errors/``), the
+offset indexes of WebDataset parts (``_index/part-NNNNN.tar.idx`` beside each part), the
 output lease (``_LEASE``, renamed ``_LEASE.stale-<token>`` when taken over), temporary files of
 atomic writes (``.tmp-<uuid>-<name>``, renamed into place or removed), and last the manifest
 ``_SUCCESS``. Anything starting with ``_`` or ``.`` is bookkeeping, never data.
@@ -15,6 +16,7 @@ UNITS_DIR = "_units"
 ERRORS_DIR = "_errors"
 LEASE = "_LEASE"
 STALE_LEASE_PREFIX = f"{LEASE}.stale-"
+INDEX_DIR = "_index"
 PART_PREFIX = "part-"
 TMP_PREFIX = ".tmp-"
 
@@ -22,6 +24,15 @@ TMP_PREFIX = ".tmp-"
 def part_file(index: int, ext: str) -> str:
     """``part-00007.jsonl``: the name of unit ``index``'s part."""
     return f"{PART_PREFIX}{index:05d}.{ext}"
+
+
+def tar_index_file(part: str) -> str:
+    """``_index/part-00007.tar.idx`` beside ``part-00007.tar`` (a path relative to the output or a URL).
+
+    A ``_`` directory: input planners skip it, and ``OUT/*.tar`` (WebDataset's glob) never matches it.
+    """
+    parent, _, base = part.rpartition("/")
+    return f"{parent}/{INDEX_DIR}/{base}.idx" if parent else f"{INDEX_DIR}/{base}.idx"
 
 
 def unit_file(unit_name: str, suffix: str = "json") -> str:

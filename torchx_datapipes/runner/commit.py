@@ -30,6 +30,7 @@ def remove_strays(output: str, metas: List[Dict[str, Any]]) -> None:
     """Drop temp files of killed workers, stale leases, and parts left by an earlier, different job."""
     fs, root = fs_and_path(output)
     keep = {f"{root}/{p}" for m in metas for p in m.get("outputs", [])}
+    keep |= {f"{root}/{f['path']}" for m in metas for f in m.get("files", [])}  # e.g. _index/part-*.idx
     keep |= {fs_and_path(m["errors"])[1] for m in metas if m.get("errors")}
     for p in fs.find(root):
         base = p.rsplit("/", 1)[-1]

@@ -159,7 +159,7 @@ class SplitOp:
             "filtered": applier.filtered if applier is not None else 0,
             "counts": {s: w.records for s, w in zip(names, writers)},
             "outputs": rels,
-            "files": [w.file_sum(r) for w, r in zip(writers, rels)],
+            "files": [s for w, r in zip(writers, rels) for s in w.file_sums(r)],
         }
         schemas = {r: encode_schema(w.schema) for w, r in zip(writers, rels) if w.schema is not None}
         if schemas:

@@ -52,7 +52,7 @@ class TransformOp:
             writer.abort()
             raise
         meta: Dict[str, Any] = {"records_out": writer.records, "filtered": applier.filtered, "outputs": [rel]}
-        meta["files"] = [writer.file_sum(rel)]
+        meta["files"] = writer.file_sums(rel)
         if writer.schema is not None:
             meta["schemas"] = {rel: encode_schema(writer.schema)}
         if self.memo is not None and before is not None:

@@ -108,3 +108,7 @@ class PartWriter:
 
     def file_sum(self, rel: str) -> Any:
         return self.part.file_sum(rel)
+
+    def file_sums(self, rel: str) -> List[Any]:
+        """The part's and its side files' sizes and checksums (a WebDataset part's offset index)."""
+        return self.part.file_sums(rel)

@@ -77,6 +77,10 @@ class BasePart:
             raise RuntimeError(f"{self.url} is not committed")
         return FileSum(rel, self.fh.size, self.fh.hexdigest())
 
+    def file_sums(self, rel: str) -> List[FileSum]:
+        """Every file the committed part consists of (the part, and any side file such as an index)."""
+        return [self.file_sum(rel)]
+
     def abort(self) -> None:
         try:
             if not self.fh.closed:

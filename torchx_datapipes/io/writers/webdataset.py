@@ -12,6 +12,10 @@
 The key is the record's ``__key__`` if it has one, else ``<part>_<record index>`` (a key must not
 contain a dot or a slash: WebDataset splits member names at the first dot). Members are written
 with mtime 0, so a shard's bytes depend on its records alone.
+
+At commit the part's offset index (every member's suffix, data offset and size, see
+``io/tarindex.py``) is written atomically beside it, ``_index/part-NNNNN.tar.idx``, and listed
+with the part in the unit's ``files``: readers use it instead of scanning the tar's headers.
 """
 
 import io
@@ -20,6 +24,9 @@ from typing import Any, List, Optional, Tuple
 
 import numpy as np
 
+from torchx_datapipes.io.checksum import FileSum, sum_bytes, write_file
+from torchx_datapipes.io.layout import tar_index_file
+from torchx_datapipes.io.tarindex import IndexBuilder
 from torchx_datapipes.io.writers.base import BasePart, Failures
 from torchx_datapipes.io.writers.jsonl import dumps
 from torchx_datapipes.io.writers.values import as_array
@@ -69,6 +76,8 @@ class WebDatasetPart(BasePart):
     def __init__(self, url: str, key_prefix: Optional[str] = None) -> None:
         super().__init__(url, key_prefix)
         self.tar = tarfile.open(fileobj=self.fh, mode="w|", format=tarfile.PAX_FORMAT)  # type: ignore[call-overload]
+        self.index = IndexBuilder()
+        self.index_sum: Optional[Tuple[int, str]] = None  # (size, checksum) once committed
 
     def _key(self, i: int, rec: Any) -> str:
         key = rec.get("__key__") if isinstance(rec, dict) else None
@@ -86,18 +95,36 @@ class WebDatasetPart(BasePart):
         bad: Failures = []
         for i, rec in enumerate(recs):
             try:
-                members = _members(self._key(i, rec), rec)
+                key = self._key(i, rec)
+                members = _members(key, rec)
             except (TypeError, ValueError) as e:
                 bad.append((i, f"output record cannot be written as WebDataset: {e}"))
                 continue
+            located = []
             for name, data in members:
                 info = tarfile.TarInfo(name)
                 info.size, info.mtime, info.mode = len(data), 0, 0o644
                 self.tar.addfile(info, io.BytesIO(data))
+                # the archive's offset is past the data's 512-byte padding now
+                start = self.tar.offset - -(-len(data) // tarfile.BLOCKSIZE) * tarfile.BLOCKSIZE
+                located.append((name[len(key) + 1 :], start, len(data)))
+            self.index.add(key, located)
         return bad
 
     def _finish(self) -> None:
         self.tar.close()
+
+    def commit(self) -> None:
+        super().commit()
+        data = self.index.encode(self.fh.size)
+        write_file(tar_index_file(self.url), data)  # atomic; the unit's record lists it after
+        self.index_sum = (len(data), sum_bytes(data))
+
+    def file_sums(self, rel: str) -> List[FileSum]:
+        if self.index_sum is None:
+            raise RuntimeError(f"{self.url} is not committed")
+        size, digest = self.index_sum
+        return [self.file_sum(rel), FileSum(tar_index_file(rel), size, digest)]
 
     def abort(self) -> None:
         try:
