@@ -312,6 +312,7 @@ class Engine:
             "lost_bytes": reader.lost_bytes,
             "bytes_read": reader.bytes_read,
             "errors": errors,
+            "started_at": round(t, 3),  # epoch seconds: with wall_s, the job's timeline
             "wall_s": round(time.time() - t, 4),
             "slot": slot,
             "rank": self.dist.rank,
@@ -366,6 +367,7 @@ class Engine:
                 "error_rate": rate,
                 "max_error_rate": c.max_error_rate,
                 "errors_dir": join(c.output, ERRORS_DIR) if totals["bad"] else None,
+                "started_at": round(self.t0, 3),  # rank 0's engine start, epoch seconds
                 "wall_time_s": round(time.time() - self.t0, 3),
                 **extra,
                 "units": [unit_summary(m) for m in metas],

@@ -19,7 +19,6 @@ with the part in the unit's ``files``: readers use it instead of scanning the ta
 """
 
 import io
-import tarfile
 from typing import Any, List, Optional, Tuple
 
 import numpy as np
@@ -29,6 +28,7 @@ from torchx_datapipes.io.layout import tar_index_file
 from torchx_datapipes.io.tarindex import IndexBuilder
 from torchx_datapipes.io.writers.base import BasePart, Failures
 from torchx_datapipes.io.writers.jsonl import dumps
+from torchx_datapipes.io.writers.tarstream import TarStream
 from torchx_datapipes.io.writers.values import as_array
 
 TEXT_EXTS = {"txt", "text", "cls", "cls2", "index", "inx", "id"}
@@ -75,7 +75,7 @@ class WebDatasetPart(BasePart):
 
     def __init__(self, url: str, key_prefix: Optional[str] = None) -> None:
         super().__init__(url, key_prefix)
-        self.tar = tarfile.open(fileobj=self.fh, mode="w|", format=tarfile.PAX_FORMAT)  # type: ignore[call-overload]
+        self.tar = TarStream(self.fh)  # tarfile's bytes, without its per-member cost (tarstream.py)
         self.index = IndexBuilder()
         self.index_sum: Optional[Tuple[int, str]] = None  # (size, checksum) once committed
 
@@ -100,14 +100,7 @@ class WebDatasetPart(BasePart):
             except (TypeError, ValueError) as e:
                 bad.append((i, f"output record cannot be written as WebDataset: {e}"))
                 continue
-            located = []
-            for name, data in members:
-                info = tarfile.TarInfo(name)
-                info.size, info.mtime, info.mode = len(data), 0, 0o644
-                self.tar.addfile(info, io.BytesIO(data))
-                # the archive's offset is past the data's 512-byte padding now
-                start = self.tar.offset - -(-len(data) // tarfile.BLOCKSIZE) * tarfile.BLOCKSIZE
-                located.append((name[len(key) + 1 :], start, len(data)))
+            located = [(name[len(key) + 1 :], *self.tar.add(name, data)) for name, data in members]
             self.index.add(key, located)
         return bad
 
@@ -127,8 +120,4 @@ class WebDatasetPart(BasePart):
         return [self.file_sum(rel), FileSum(tar_index_file(rel), size, digest)]
 
     def abort(self) -> None:
-        try:
-            self.tar.fileobj = None  # do not write the end of archive into a part being thrown away
-        except AttributeError:
-            pass
-        super().abort()
+        super().abort()  # the part is thrown away: no end of archive is written
