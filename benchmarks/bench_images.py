@@ -313,6 +313,22 @@ def _failed(row: Row, m: Measurement, why: str) -> Row:
     return row
 
 
+def timeline(manifest: dict[str, Any]) -> dict[str, float]:
+    """When (seconds after rank 0's engine started) the first unit started and each slot's last ended."""
+    t0 = float(manifest["started_at"])
+    ends: dict[int, float] = {}
+    for u in manifest["units"]:
+        ends[int(u["slot"])] = max(
+            ends.get(int(u["slot"]), 0.0), float(u["started_at"]) + float(u["wall_s"]) - t0
+        )
+    first = min(float(u["started_at"]) for u in manifest["units"]) - t0
+    return {
+        "first_unit_s": first,
+        "first_slot_end_s": min(ends.values()),
+        "last_slot_end_s": max(ends.values()),
+    }
+
+
 def run_method(method: str, images: Path, n: int, a: argparse.Namespace) -> tuple[Row, Path]:
     out = a.workdir / "out" / method
     shutil.rmtree(out, ignore_errors=True)
@@ -328,7 +344,16 @@ def run_method(method: str, images: Path, n: int, a: argparse.Namespace) -> tupl
             return _failed(row, m, "no _SUCCESS"), out
         manifest = json.loads((out / "_SUCCESS").read_text())
         row.work_s, row.slot_s = float(manifest["wall_time_s"]), busiest_slot_s(manifest)
-        row.extra = {"units": len(manifest["units"]), "records_out": manifest["records_out"]}
+        row.extra = {
+            "units": len(manifest["units"]),
+            "records_out": manifest["records_out"],
+            **timeline(manifest),
+        }
+        row.note = (
+            "start {first_unit_s:.2f}s, slots end {first_slot_end_s:.2f}-{last_slot_end_s:.2f}s".format(
+                **row.extra
+            )
+        )
     else:
         got = m.last_json()
         if got is None:
@@ -353,7 +378,7 @@ def check_outputs(row: Row, out: Path, images: Path, sample: Sequence[str]) -> N
         if name not in found or found[name].shape != want.shape or not np.array_equal(found[name], want):
             row.ok, row.note = False, f"{name}: tensor differs or missing"
             return
-    row.note = f"checked: {n} records, {len(sample)} tensors equal"
+    row.note = f"checked: {n} records, {len(sample)} tensors equal" + (f"; {row.note}" if row.note else "")
 
 
 def _f(v: Optional[float], spec: str) -> str:
