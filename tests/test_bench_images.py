@@ -43,7 +43,8 @@ def test_tiny_run_checks_every_method(tmp_path: Path) -> None:
     for r in rows.values():
         assert r["ok"] and r["note"].startswith("checked: 6 records, 2 tensors equal"), r
         if r["method"].startswith("ours"):  # the job's timeline, from the manifest
-            assert "start " in r["note"] and r["extra"]["last_slot_end_s"] >= r["extra"]["first_unit_s"] > 0, r
+            x = r["extra"]
+            assert "start " in r["note"] and x["last_slot_end_s"] >= x["first_unit_s"] > 0, r
         assert r["wall_s"] > 0 and r["work_s"] > 0 and r["cpu_s"] > 0
     for method in ("ours", "ours-wds"):
         assert f"{method}: steady state vs pool2:" in res.stdout, res.stdout

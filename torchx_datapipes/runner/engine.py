@@ -28,6 +28,7 @@ from torchx_datapipes.io.fs import check_disjoint, expand_input_files, join
 from torchx_datapipes.io.layout import ERRORS_DIR
 from torchx_datapipes.io.lease import Lease, run_identity
 from torchx_datapipes.io.units import Unit, plan_units
+from torchx_datapipes.runner.background import Background
 from torchx_datapipes.runner.badrecords import ErrorSink, OnError
 from torchx_datapipes.runner.claim import Claimer, Counters, LocalCounters, StoreCounters, counter_names
 from torchx_datapipes.runner.commit import (
@@ -106,6 +107,7 @@ class Engine:
         self.units: List[Unit] = []
         self.fingerprint = ""
         self.lease: Optional[Lease] = None
+        self.early: Optional[Background[Tuple[List[Tuple[str, int]], List[Unit]]]] = None
 
     def options(self) -> Dict[str, Any]:
         c = self.cfg
@@ -133,6 +135,8 @@ class Engine:
         die_with_agent()
         if self._already_complete():
             return mf.read_manifest(self.cfg.output) if d.rank == 0 else None
+        if d.rank == 0:  # list and plan the input while the process group forms (other ranks import)
+            self.early = Background(self._list_and_plan)
         d.init()
         try:
             self.plan()
@@ -181,16 +185,21 @@ class Engine:
              "units": data["units"]}
         )  # fmt: skip
 
-    def _plan_on_rank0(self) -> bytes:
+    def _list_and_plan(self) -> Tuple[List[Tuple[str, int]], List[Unit]]:
+        """The input files and their units: a function of the input alone (no lease, no output)."""
         c = self.cfg
         files = expand_input_files(list(c.inputs))
-        inputs = [(f.url, f.size) for f in files]
+        units = plan_units([(f.url, f.size, f.mtime) for f in files], c.format, c.unit_mb)
+        return [(f.url, f.size) for f in files], units
+
+    def _plan_on_rank0(self) -> bytes:
+        c = self.cfg
+        inputs, units = self.early.result() if self.early is not None else self._list_and_plan()
         check_disjoint(inputs, c.output, c.inputs)
         self.lease = Lease.acquire(c.output)
         if c.overwrite and self.dist.first_round and not self.lease.retaken:  # not after a restart/new round
             mf.clear_output(c.output)
         self.lease.start_heartbeat()
-        units = plan_units([(f.url, f.size, f.mtime) for f in files], c.format, c.unit_mb)
         return orjson.dumps({"inputs": inputs, "units": [u.to_json() for u in units]})
 
     def barrier(self) -> None:
