@@ -175,6 +175,47 @@ def test_store_claimer_reconnects_after_fork(monkeypatch: pytest.MonkeyPatch) ->
     assert not master.check(["claim/main/next"])  # nothing outside the attempt's prefix
 
 
+def _claim_with_premade(counters: StoreCounters, units: List[Unit], slot: int, q: Any) -> None:
+    from torchx_datapipes.runner import claim as claim_mod
+
+    def refuse(*_: Any) -> Any:
+        raise AssertionError("a forked worker built a store client")
+
+    claim_mod.open_store = refuse  # type: ignore[assignment]  # this child only
+    got = [u.index for u in Claimer(units, "main", "dynamic", counters, slot, 2)]
+    q.put((slot, got))
+
+
+def test_premade_clients_serve_forked_workers_without_a_new_client(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A forked worker of a process that hosts the store must not build a client (it hung once, in CI)."""
+    import multiprocessing as mp
+    import socket
+    from datetime import timedelta
+
+    import torch.distributed as dist
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    master = dist.TCPStore("127.0.0.1", port, None, is_master=True, timeout=timedelta(seconds=30))
+    monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
+    monkeypatch.setenv("MASTER_PORT", str(port))
+    parent = StoreCounters(master, Dist(round=1).prefix, 30.0)
+    per_slot = parent.premade(2)
+    assert len({id(c._store) for c in per_slot}) == 2 and all(c._store is not master for c in per_slot)
+    units = [Unit(i, f"f{i}", 100 - i) for i in range(7)]
+    ctx = mp.get_context("fork")
+    q = ctx.Queue()
+    procs = [ctx.Process(target=_claim_with_premade, args=(per_slot[s], units, s, q)) for s in (0, 1)]
+    for p in procs:
+        p.start()
+    results = [q.get(timeout=30) for _ in procs]
+    for p in procs:
+        p.join(timeout=30)
+        assert p.exitcode == 0
+    assert sorted(i for _, got in results for i in got) == list(range(7))
+
+
 def test_no_option_is_a_prefix_of_torchx_runs_own() -> None:
     """argparse abbreviations see the whole command line: ``--assign`` must not shadow ``torchx run``'s."""
     import argparse

@@ -46,12 +46,32 @@ class StoreCounters:
 
     def __init__(self, store: Any, prefix: str, timeout_s: float, namespace: str = "claim") -> None:
         self.prefix, self.timeout_s, self.namespace = prefix, timeout_s, namespace
-        self._store, self._pid = store, os.getpid()
+        self._store: Any = store
+        self._pid: Optional[int] = os.getpid()
 
     def store(self) -> Any:
-        if self._pid != os.getpid():  # a forked worker: open its own client
+        if self._pid is None:  # made for a worker to be forked: it adopts the client (premade)
+            self._pid = os.getpid()
+        elif self._pid != os.getpid():  # a forked worker: open its own client
             self._store, self._pid = open_store(self.prefix, self.timeout_s), os.getpid()
         return self._store
+
+    def premade(self, n: int) -> List["StoreCounters"]:
+        """Counters on ``n`` new clients, connected now, each for one worker process about to be forked.
+
+        A forked worker must not build a store client itself: its parent may host the job's store
+        (rank 0 does, see ``Dist.init``), and a fork copies no threads but the forking one, so a
+        lock held by the server's threads at that instant stays held in the child forever (seen:
+        a worker hung in ``TCPStore(...)``, the job with it). The parent never uses these clients.
+        """
+        out = []
+        for _ in range(n):
+            c = StoreCounters(
+                open_store(self.prefix, self.timeout_s), self.prefix, self.timeout_s, self.namespace
+            )
+            c._pid = None
+            out.append(c)
+        return out
 
     def add(self, name: str, n: int) -> int:
         return int(self.store().add(f"{self.namespace}/{name}", n))

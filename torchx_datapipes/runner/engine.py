@@ -82,7 +82,7 @@ class Op(Protocol):
         ...
 
 
-_ACTIVE: Optional[Tuple["Engine", str, UnitFn, Counters]] = None  # what forked workers run
+_ACTIVE: Optional[Tuple["Engine", str, UnitFn, Dict[int, Counters]]] = None  # what forked workers run
 
 
 def _die_with_parent() -> None:
@@ -95,7 +95,7 @@ def _die_with_parent() -> None:
 def _slot_in_child(slot: int) -> Dict[str, Any]:
     assert _ACTIVE is not None
     engine, pass_name, fn, counters = _ACTIVE
-    return engine.run_slot(slot, pass_name, fn, counters)
+    return engine.run_slot(slot, pass_name, fn, counters[slot])
 
 
 class Engine:
@@ -235,7 +235,11 @@ class Engine:
             if len(mine) == 1:
                 self.run_slot(mine[0], pass_name, fn, counters)
                 return
-            _ACTIVE = (self, pass_name, fn, counters)
+            # each worker gets a store client connected before the fork (StoreCounters.premade)
+            per_slot = (
+                counters.premade(len(mine)) if isinstance(counters, StoreCounters) else [counters] * len(mine)
+            )
+            _ACTIVE = (self, pass_name, fn, dict(zip(mine, per_slot)))
             ctx = mp.get_context("fork")
             with ProcessPoolExecutor(len(mine), mp_context=ctx, initializer=_die_with_parent) as pool:
                 busy = self.lease.busy if self.lease is not None else contextlib.nullcontext()
