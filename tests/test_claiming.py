@@ -4,7 +4,7 @@ import io
 import json
 import os
 from pathlib import Path
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Tuple
 
 import pytest
 from tdp_testutil import make_dataset, part_bytes, run_op
@@ -139,9 +139,8 @@ def _claim_in_child(counters: StoreCounters, units: List[Unit], slot: int, q: An
 PARENT_STORE: List[Any] = [None]
 
 
-def test_store_claimer_reconnects_after_fork(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The store backend as under torchrun: forked slots open their own client with the round's prefix."""
-    import multiprocessing as mp
+def _store_master(monkeypatch: pytest.MonkeyPatch) -> Tuple[Any, int]:
+    """A TCPStore server on a free port, as torchrun's, with MASTER_ADDR/MASTER_PORT pointing at it."""
     import socket
     from datetime import timedelta
 
@@ -153,6 +152,16 @@ def test_store_claimer_reconnects_after_fork(monkeypatch: pytest.MonkeyPatch) ->
     master = dist.TCPStore("127.0.0.1", port, None, is_master=True, timeout=timedelta(seconds=30))
     monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
     monkeypatch.setenv("MASTER_PORT", str(port))
+    return master, port
+
+
+def test_store_claimer_reconnects_after_fork(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The store backend as under torchrun: forked slots open their own client with the round's prefix."""
+    import multiprocessing as mp
+
+    import torch.distributed as dist
+
+    master, port = _store_master(monkeypatch)
     parent = dist.PrefixStore("/tdp/round_3", dist.TCPStore("127.0.0.1", port, None, is_master=False))
     PARENT_STORE[0] = parent
     counters = StoreCounters(parent, Dist(round=3).prefix, 30.0)
@@ -189,17 +198,8 @@ def _claim_with_premade(counters: StoreCounters, units: List[Unit], slot: int, q
 def test_premade_clients_serve_forked_workers_without_a_new_client(monkeypatch: pytest.MonkeyPatch) -> None:
     """A forked worker of a process that hosts the store must not build a client (it hung once, in CI)."""
     import multiprocessing as mp
-    import socket
-    from datetime import timedelta
 
-    import torch.distributed as dist
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    master = dist.TCPStore("127.0.0.1", port, None, is_master=True, timeout=timedelta(seconds=30))
-    monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
-    monkeypatch.setenv("MASTER_PORT", str(port))
+    master, _ = _store_master(monkeypatch)
     parent = StoreCounters(master, Dist(round=1).prefix, 30.0)
     per_slot = parent.premade(2)
     assert len({id(c._store) for c in per_slot}) == 2 and all(c._store is not master for c in per_slot)

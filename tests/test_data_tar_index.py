@@ -5,7 +5,7 @@ import os
 import tarfile
 import warnings
 from pathlib import Path
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Tuple
 
 import numpy as np
 import orjson
@@ -53,6 +53,18 @@ def wds_out(tmp_path_factory: pytest.TempPathFactory) -> str:
     return transform_output(tmp_path_factory.mktemp("tidx"), SIZES, "webdataset")
 
 
+def _indexed_and_tarfile_members(index: Any, data: bytes) -> Tuple[List[Any], List[Any]]:
+    """``(name, data offset, size)`` of every member: as the index has them, and as tarfile reads them."""
+    with tarfile.open(fileobj=io.BytesIO(data)) as tar:
+        want = [(m.name, m.offset_data, m.size) for m in tar if m.isfile()]
+    got = [
+        (f"{index.keys[r]}.{index.suffixes[index.sids[m]]}", index.offsets[m], index.sizes[m])
+        for r in range(len(index.keys))
+        for m in range(index.starts[r], index.starts[r + 1])
+    ]
+    return got, want
+
+
 def test_index_is_committed_listed_and_matches_the_tar(wds_out: str) -> None:
     manifest = orjson.loads((Path(wds_out) / "_SUCCESS").read_bytes())
     for k, unit in enumerate(manifest["units"]):
@@ -63,13 +75,7 @@ def test_index_is_committed_listed_and_matches_the_tar(wds_out: str) -> None:
         assert os.path.getsize(idx_path) == paths[f"_index/{rel}.idx"]["size"]
         data = (Path(wds_out) / rel).read_bytes()
         index = decode(idx_path.read_bytes(), len(data), SIZES[k])
-        with tarfile.open(fileobj=io.BytesIO(data)) as tar:
-            want = [(m.name, m.offset_data, m.size) for m in tar if m.isfile()]
-        got = [
-            (f"{index.keys[r]}.{index.suffixes[index.sids[m]]}", index.offsets[m], index.sizes[m])
-            for r in range(len(index.keys))
-            for m in range(index.starts[r], index.starts[r + 1])
-        ]
+        got, want = _indexed_and_tarfile_members(index, data)
         assert got == want
     assert not list(Path(wds_out).glob("*.idx")) and sorted(p.name for p in Path(wds_out).glob("*.tar")) == [
         "part-00000.tar", "part-00001.tar", "part-00002.tar",
@@ -298,13 +304,7 @@ def test_pax_headers_long_and_non_ascii_names_are_indexed_exactly(tmp_path: Path
     run_op("transform", inp, tmp_path / "o", "--output_format", "webdataset", fn=_long_keys)
     data = (tmp_path / "o" / "part-00000.tar").read_bytes()
     index = decode((tmp_path / "o" / "_index" / "part-00000.tar.idx").read_bytes(), len(data), 9)
-    with tarfile.open(fileobj=io.BytesIO(data)) as tar:
-        want = [(m.name, m.offset_data, m.size) for m in tar if m.isfile()]
-    got = [
-        (f"{index.keys[r]}.{index.suffixes[index.sids[m]]}", index.offsets[m], index.sizes[m])
-        for r in range(len(index.keys))
-        for m in range(index.starts[r], index.starts[r + 1])
-    ]
+    got, want = _indexed_and_tarfile_members(index, data)
     assert got == want and want[0][0].startswith("dir/ünï-")
     recs = _read(str(tmp_path / "o"))
     assert [r["id"] for r in recs] == list(range(13)) and recs[3]["v"] == [0, 1, 2]
