@@ -1,10 +1,11 @@
 """What every part format provides, and what the formats share.
 
-A chunk is a Parquet row group (``_parquet.py``), or up to :data:`CHUNK_RECORDS` consecutive
-records of a JSON Lines (``_lines.py``) or WebDataset tar part (``_tar.py``). JSON Lines parts
-(and tar parts without the offset index their writer commits) get a record -> byte-range index
-built by one sequential read of the part on first use; indexes, footers and recently read bytes
-are cached per process (never pickled).
+A chunk is a Parquet row group (``_parquet.py``), or consecutive records of a JSON Lines
+(``_lines.py``) or WebDataset tar part (``_tar.py``): :data:`CHUNK_RECORDS` of them, fewer where
+records are large, so that a chunk holds about :data:`CHUNK_BYTES` of the part
+(:func:`chunk_records`). JSON Lines parts (and tar parts without the offset index their writer
+commits) get a record -> byte-range index built by one sequential read of the part on first
+use; indexes, footers and recently read bytes are cached per process (never pickled).
 """
 
 from collections import OrderedDict
@@ -16,6 +17,7 @@ from torchx_datapipes.data._decode import Columns
 from torchx_datapipes.data._parts import Part
 
 CHUNK_RECORDS = 4096
+CHUNK_BYTES = 8 << 20  # stored bytes per JSON Lines / tar chunk, about (a chunk is read whole)
 Record = Dict[str, Any]
 Chunk = Union[List[Record], Columns]  # records (JSON Lines, tar) or columns (Parquet)
 
@@ -33,8 +35,28 @@ class PartFormat(Protocol):
     def read_rows(self, part: Part, rows: Sequence[int], opts: ReadOptions) -> List[Record]: ...
 
 
-def fixed_chunks(n: int) -> List[int]:
-    return [min(CHUNK_RECORDS, n - s) for s in range(0, n, CHUNK_RECORDS)]
+def chunk_records(part: Part) -> int:
+    """Records per chunk of a JSON Lines or tar part, from the manifest's size and count alone.
+
+    :data:`CHUNK_RECORDS`, or fewer so that a chunk is about :data:`CHUNK_BYTES`: a chunk is
+    read and decoded whole before its first record is served and read-ahead holds a few, so
+    4096 images (~50 MB) or audio clips (GBs) would delay the first batch and hold the memory.
+    """
+    if part.size <= CHUNK_BYTES or part.records <= 0:
+        return CHUNK_RECORDS
+    return max(1, min(CHUNK_RECORDS, CHUNK_BYTES * part.records // part.size))
+
+
+def fixed_chunks(part: Part) -> List[int]:
+    """The chunk sizes of a JSON Lines or tar part (every chunk full but the last)."""
+    k, n = chunk_records(part), part.records
+    return [min(k, n - s) for s in range(0, n, k)]
+
+
+def chunk_span(part: Part, chunk: int) -> Tuple[int, int]:
+    """Records ``[a, b)`` of chunk ``chunk`` of a JSON Lines or tar part."""
+    k = chunk_records(part)
+    return chunk * k, min(part.records, (chunk + 1) * k)
 
 
 def runs(rows: Sequence[int]) -> List[Tuple[int, int]]:

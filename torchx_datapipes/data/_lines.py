@@ -50,14 +50,14 @@ class JsonlFormat:
         return _LINE_INDEX[key]
 
     def chunk_sizes(self, part: Part, opts: ReadOptions) -> List[int]:
-        return _formats.fixed_chunks(part.records)
+        return _formats.fixed_chunks(part)
 
     def _decode(self, data: bytes, opts: ReadOptions) -> List[Record]:
         return [project(orjson.loads(line), opts.columns) for line in data.splitlines()]
 
     def read_chunk(self, part: Part, chunk: int, opts: ReadOptions) -> List[Record]:
         index = self._index(part, opts)
-        a, b = chunk * _formats.CHUNK_RECORDS, min(part.records, (chunk + 1) * _formats.CHUNK_RECORDS)
+        a, b = _formats.chunk_span(part, chunk)
         data = _formats.read_ranges(
             part, {0: (int(index[a]), int(index[b]))}, opts.storage_options, opts.cache_dir
         )

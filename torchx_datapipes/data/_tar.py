@@ -151,7 +151,7 @@ class TarFormat:
         return _TAR_INDEX[key]
 
     def chunk_sizes(self, part: Part, opts: ReadOptions) -> List[int]:
-        return _formats.fixed_chunks(part.records)
+        return _formats.fixed_chunks(part)
 
     def _read(self, part: Part, ranges: List[Tuple[int, int]], opts: ReadOptions) -> List[np.ndarray]:
         data = _formats.part_bytes(part)
@@ -211,7 +211,7 @@ class TarFormat:
         return Columns(names, tuple(values), b - a)
 
     def read_chunk(self, part: Part, chunk: int, opts: ReadOptions) -> Chunk:
-        a, b = chunk * _formats.CHUNK_RECORDS, min(part.records, (chunk + 1) * _formats.CHUNK_RECORDS)
+        a, b = _formats.chunk_span(part, chunk)
         columns = self._columns(part, a, b, opts)
         return columns if columns is not None else self._records(part, [(a, b)], opts)
 
