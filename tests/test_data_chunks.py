@@ -81,3 +81,23 @@ def test_byte_bounded_chunks_resume_mid_chunk(small_chunks: str) -> None:
     resumed = loader()
     resumed.load_state_dict(state)
     assert first + flat(resumed) == full
+
+
+def test_a_state_of_another_chunking_or_version_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    out = transform_output(tmp_path, SIZES, "jsonl")
+    ds = OutputDataset(out, shuffle=True, seed=1, read_ahead=0)
+    it = iter(ds)
+    next(it)
+    state = ds.state_dict()
+    assert state["version"] == 2 and len(state["chunks"]) == 16
+    OutputDataset(out, shuffle=True, seed=1).load_state_dict(state)  # same chunking: accepted
+    _, parts = load_parts(out, None, None)
+    monkeypatch.setattr(_formats, "CHUNK_BYTES", min(p.size for p in parts) // 5)
+    with pytest.raises(ValueError, match="chunks="):
+        OutputDataset(out, shuffle=True, seed=1).load_state_dict(state)
+    monkeypatch.undo()
+    old = {k: v for k, v in state.items() if k != "chunks"}
+    with pytest.raises(ValueError, match="another torchx_datapipes version"):
+        OutputDataset(out, shuffle=True, seed=1).load_state_dict({**old, "version": 1})

@@ -2,22 +2,34 @@
 
 A worker's state (what ``state_dict()`` returns inside a DataLoader worker)::
 
-    {"version": 1, "epoch", "seed", "shuffle", "shuffle_window", "even", "num_records",
+    {"version": 2, "epoch", "seed", "shuffle", "shuffle_window", "even", "num_records", "chunks",
      "plan": [[a, b], ...], "world_size", "rank", "num_workers", "worker", "yielded"}
+
+``chunks`` is a digest of the output's chunk sizes: the epoch order permutes chunks, so a state
+only resumes over the same chunking (version 1 states, from before JSON Lines and tar chunks
+were bounded in bytes, carry none and are refused).
 
 A merged state has the same epoch keys and the plan of the records not yet served, and no
 layout keys (rank, worker, ...): it loads on any world size and number of workers.
 """
 
+import hashlib
 from typing import Any, Dict, Iterator, List, Mapping, Sequence, Tuple
+
+import numpy as np
 
 from torchx_datapipes.data._plan import Interval, complement, plan_len, plan_slice, rank_span, split_span
 
-VERSION = 1
-EPOCH_KEYS = ("epoch", "seed", "shuffle", "shuffle_window", "even", "num_records")
+VERSION = 2
+EPOCH_KEYS = ("epoch", "seed", "shuffle", "shuffle_window", "even", "num_records", "chunks")
 LAYOUT_KEYS = ("world_size", "rank", "num_workers", "worker", "yielded")
 # StatefulDataLoader (torchdata 0.11) keys that make its worker snapshots lag behind
 _STEPS_SINCE_SNAPSHOT = "_steps_since_snapshot"
+
+
+def chunks_digest(sizes: Sequence[int]) -> str:
+    """A short digest of the chunk sizes (in part order) that the epoch order is built from."""
+    return hashlib.blake2b(np.asarray(sizes, dtype="<i8").tobytes(), digest_size=8).hexdigest()
 
 
 def plan_to_json(plan: Sequence[Interval]) -> List[List[int]]:

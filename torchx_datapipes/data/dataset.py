@@ -18,7 +18,7 @@ from torchx_datapipes.data._parquet import ParquetFormat
 from torchx_datapipes.data._parts import Part, load_parts
 from torchx_datapipes.data._plan import Interval, pieces, plan_len, rank_span, split_span
 from torchx_datapipes.data._prefetch import read_ahead
-from torchx_datapipes.data._state import EPOCH_KEYS, VERSION, plan_from_json, plan_to_json
+from torchx_datapipes.data._state import EPOCH_KEYS, VERSION, chunks_digest, plan_from_json, plan_to_json
 from torchx_datapipes.data._streams import ChunkStream, OpenStream, gather
 
 if TYPE_CHECKING:
@@ -267,12 +267,15 @@ class OutputDataset(torch.utils.data.IterableDataset):  # type: ignore[type-arg]
             "shuffle_window": self.shuffle_window,
             "even": self.even,
             "num_records": self.num_records,
+            "chunks": chunks_digest(self._chunk_sizes),
         }
 
     def _check_epoch_keys(self, state: Mapping[str, Any]) -> None:
         if state.get("version") != VERSION:
             raise ValueError(
-                f"state version {state.get('version')!r} is not {VERSION}: not an OutputDataset state"
+                f"state version {state.get('version')!r} is not {VERSION}: not an OutputDataset state, or"
+                " one saved by another torchx_datapipes version, whose epoch order may differ; start"
+                " the epoch afresh (set_epoch) instead of resuming it"
             )
         mine = self._epoch_state()
         for key in EPOCH_KEYS:
