@@ -127,6 +127,7 @@ class OutputDataset(torch.utils.data.IterableDataset):  # type: ignore[type-arg]
             (pi, ci) for pi, sizes in enumerate(per_part) for ci in range(len(sizes))
         )
         self._chunk_sizes: Tuple[int, ...] = tuple(n for sizes in per_part for n in sizes)
+        self._chunks_digest = chunks_digest(self._chunk_sizes)  # in every state (once: states are frequent)
         self.shuffle_window = (
             window if window is not None else _args.auto_window(sum(p.size for p in parts), self.num_records)
         )
@@ -267,7 +268,7 @@ class OutputDataset(torch.utils.data.IterableDataset):  # type: ignore[type-arg]
             "shuffle_window": self.shuffle_window,
             "even": self.even,
             "num_records": self.num_records,
-            "chunks": chunks_digest(self._chunk_sizes),
+            "chunks": self._chunks_digest,
         }
 
     def _check_epoch_keys(self, state: Mapping[str, Any]) -> None:
