@@ -281,9 +281,15 @@ class OutputDataset(torch.utils.data.IterableDataset):  # type: ignore[type-arg]
         mine = self._epoch_state()
         for key in EPOCH_KEYS:
             if key != "epoch" and state.get(key) != mine[key]:
+                fix = (
+                    "the output's parts are cut into other chunks than in the checkpointed run (the"
+                    " output was rewritten, or another torchx_datapipes version read it), so the epoch"
+                    " order differs; start the epoch afresh (set_epoch) instead of resuming it"
+                    if key == "chunks"
+                    else "create the dataset with the arguments of the checkpointed run"
+                )
                 raise ValueError(
-                    f"state has {key}={state.get(key)!r} but this dataset has {key}={mine[key]!r}:"
-                    " create the dataset with the arguments of the checkpointed run"
+                    f"state has {key}={state.get(key)!r} but this dataset has {key}={mine[key]!r}: {fix}"
                 )
 
     def _check_layout(self, state: Mapping[str, Any], worker: int, workers: int) -> None:
