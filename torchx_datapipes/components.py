@@ -49,6 +49,7 @@ def transform(
     artifact_store: Optional[str] = None,
     backend: str = "cloudpickle",
     unit_mb: float = 64.0,
+    max_record_mb: float = 64.0,
     cache: Optional[str] = None,
     name: str = "/transform",
     image: str = torchx.IMAGE,
@@ -101,6 +102,8 @@ def transform(
         backend: how the function is shipped: cloudpickle, torch.package or module (import it by name where
             the job runs; the code must be in the image/workspace)
         unit_mb: target size in MB of a unit of work
+        max_record_mb: the largest input record in MiB (default 64): a longer line, CSV row, JSON document,
+            tar member or file is a bad record naming its file, line and size (memory stays bounded by it)
         cache: memoize the function per record in a shared cache, keyed by (function sha256, record), so a
             rerun on the same data computes nothing: redis://host:6379/0, memcached://host:11211,
             sqlite:///dev/shm/tdp.db (one machine) or memory:// (per process); options as a query, e.g.
@@ -145,6 +148,7 @@ def split(
     artifact_store: Optional[str] = None,
     backend: str = "cloudpickle",
     unit_mb: float = 64.0,
+    max_record_mb: float = 64.0,
     name: str = "/split",
     image: str = torchx.IMAGE,
     h: Optional[str] = None,
@@ -194,6 +198,8 @@ def split(
         artifact_store: where the client uploads the fn artifact (s3://... for clusters)
         backend: how fn is shipped: cloudpickle, torch.package or module
         unit_mb: target size in MB of a unit of work
+        max_record_mb: the largest input record in MiB (default 64): a longer line, CSV row, JSON document,
+            tar member or file is a bad record naming its file, line and size (memory stays bounded by it)
         name: job name, {experimentname}/{runname}
         image: image (e.g. docker) for non-local schedulers
         h: a registered named resource (takes precedence over cpu, gpu, memMB)
@@ -231,6 +237,7 @@ def stats(
     artifact_store: Optional[str] = None,
     backend: str = "cloudpickle",
     unit_mb: float = 64.0,
+    max_record_mb: float = 64.0,
     name: str = "/stats",
     image: str = torchx.IMAGE,
     h: Optional[str] = None,
@@ -277,6 +284,8 @@ def stats(
         artifact_store: where the client uploads the fn artifact (s3://... for clusters)
         backend: how fn is shipped: cloudpickle, torch.package or module
         unit_mb: target size in MB of a unit of work
+        max_record_mb: the largest input record in MiB (default 64): a longer line, CSV row, JSON document,
+            tar member or file is a bad record naming its file, line and size (memory stays bounded by it)
         name: job name, {experimentname}/{runname}
         image: image (e.g. docker) for non-local schedulers
         h: a registered named resource (takes precedence over cpu, gpu, memMB)

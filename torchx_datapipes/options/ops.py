@@ -11,6 +11,11 @@ from torchx_datapipes.options import checks as c
 from torchx_datapipes.options.spec import REQUIRED, OpSpec, Option
 
 DEFAULT_MAX_ERROR_RATE = 0.1
+DEFAULT_MAX_RECORD_MB = 64.0
+_MAX_RECORD_HELP = (
+    "the largest input record in MiB (default 64): a longer line, CSV row, JSON document, tar member or"
+    " file is a bad record naming its file, line and size (memory stays bounded by it)"
+)
 
 _INPUT_HELP = (
     "input files: a path, a glob such as 'data/*.jsonl', a directory, or several separated by commas;"
@@ -127,6 +132,7 @@ def _ship(store_help: str, backend_help: str) -> Tuple[Option, ...]:
         Option("artifact_store", "str", None, store_help, optional=True, runner=False),
         Option("backend", "str", "cloudpickle", backend_help, choices=c.BACKENDS, runner=False),
         Option("unit_mb", "float", 64.0, "target size in MB of a unit of work", check=c.positive),
+        Option("max_record_mb", "float", DEFAULT_MAX_RECORD_MB, _MAX_RECORD_HELP, check=c.positive),
     )
 
 

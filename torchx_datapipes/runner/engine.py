@@ -23,7 +23,7 @@ import orjson
 from torchx_datapipes.errors import DatapipesError, OutputExistsError
 from torchx_datapipes.io import manifest as mf
 from torchx_datapipes.io.checksum import verify
-from torchx_datapipes.io.formats import UnitReader
+from torchx_datapipes.io.formats import UnitReader, record_bytes
 from torchx_datapipes.io.fs import check_disjoint, expand_input_files, join
 from torchx_datapipes.io.layout import ERRORS_DIR
 from torchx_datapipes.io.lease import Lease, run_identity
@@ -59,6 +59,7 @@ class RunConfig:
     max_error_rate: float = 0.1  # max(bad records / records in, lost bytes / input bytes)
     overwrite: bool = False
     unit_mb: float = 64.0
+    max_record_mb: float = 64.0  # the record bound (a longer line, row, document, member: a bad record)
     timeout_s: float = 6 * 3600.0
     progress_s: float = 5.0
     assign: str = "dynamic"  # dynamic claiming or static strided assignment (never in the fingerprint)
@@ -117,6 +118,7 @@ class Engine:
             "batch_size": c.batch_size,
             "on_error": c.on_error.value,
             "unit_mb": c.unit_mb,
+            "max_record_mb": c.max_record_mb,
             **self.op.options(),
         }
 
@@ -189,7 +191,7 @@ class Engine:
         """The input files and their units: a function of the input alone (no lease, no output)."""
         c = self.cfg
         files = expand_input_files(list(c.inputs))
-        units = plan_units([(f.url, f.size, f.mtime) for f in files], c.format, c.unit_mb)
+        units = plan_units([(f.url, f.size, f.mtime) for f in files], c.format, c.unit_mb, c.max_record_mb)
         return [(f.url, f.size) for f in files], units
 
     def _plan_on_rank0(self) -> bytes:
@@ -306,7 +308,7 @@ class Engine:
 
     def process(self, unit: Unit, name: str, fn: UnitFn, progress: Progress, slot: int = 0) -> None:
         t = time.time()
-        reader = UnitReader(unit, self.cfg.batch_size)
+        reader = UnitReader(unit, self.cfg.batch_size, max_record=record_bytes(self.cfg.max_record_mb))
         reader.on_batch = progress.update
         sink = ErrorSink(reader, self.cfg.on_error, self.cfg.output, self.fn_label)
         extra = fn(unit, reader, sink)
@@ -320,6 +322,7 @@ class Engine:
             "records_in": reader.records + len(reader.bad),
             "parsed": reader.records,
             "blank_lines": reader.blank,
+            "skipped_members": reader.skipped_members,
             "bad": sink.count,
             "bad_units": reader.bad_units,
             "lost_bytes": reader.lost_bytes,
@@ -353,7 +356,10 @@ class Engine:
         c = self.cfg
         metas = self.load_metas("main")
         check_files(c.output, metas)
-        totals = {k: sum(int(m.get(k, 0)) for m in metas) for k in ("records_in", "bad", "blank_lines")}
+        totals = {
+            k: sum(int(m.get(k, 0)) for m in metas)
+            for k in ("records_in", "bad", "blank_lines", "skipped_members")
+        }
         rate = check_error_rate(metas, sum(u.nbytes for u in self.units), c.max_error_rate, c.output)
         if self.lease is not None:
             self.lease.check()  # before finalize writes side files (stats.json, reports)
@@ -376,6 +382,7 @@ class Engine:
                 "records_in": totals["records_in"],
                 "bad": totals["bad"],
                 "blank_lines": totals["blank_lines"],
+                "skipped_members": totals["skipped_members"],
                 "lost_bytes": sum(int(m.get("lost_bytes", 0)) for m in metas),
                 "error_rate": rate,
                 "max_error_rate": c.max_error_rate,

@@ -49,6 +49,7 @@ def to_config(args: argparse.Namespace) -> RunConfig:
         max_error_rate=args.max_error_rate,
         overwrite=bool(args.overwrite),
         unit_mb=args.unit_mb,
+        max_record_mb=args.max_record_mb,
         timeout_s=args.timeout_s,
         progress_s=args.progress_s,
         assign=args.assign,

@@ -9,7 +9,7 @@ import dataclasses
 from typing import Dict, List, Optional, Sequence, Tuple, Union
 
 from torchx_datapipes.io.fs import InputFile, expand_input_files, split_patterns, stat
-from torchx_datapipes.io.inputs.base import PlannedFile
+from torchx_datapipes.io.inputs.base import DEFAULT_MAX_RECORD_MB, PlannedFile, record_bytes
 from torchx_datapipes.io.inputs.registry import decode_spec, format_class, resolve
 from torchx_datapipes.io.inputs.unit import DEFAULT_UNIT_MB, Unit
 
@@ -17,16 +17,21 @@ PlannedInput = Union[Tuple[str, int], Tuple[str, int, float]]
 
 
 def plan_units(
-    inputs: Sequence[PlannedInput], fmt: str = "auto", unit_mb: float = DEFAULT_UNIT_MB
+    inputs: Sequence[PlannedInput],
+    fmt: str = "auto",
+    unit_mb: float = DEFAULT_UNIT_MB,
+    max_record_mb: float = DEFAULT_MAX_RECORD_MB,
 ) -> List[Unit]:
     """Cut ``(url, size)`` or ``(url, size, mtime)`` inputs (already sorted) into units.
 
     ``fmt`` is a format name, ``auto`` (by extension: an unknown one is refused) or a format
     spec with options (``csv?delimiter=%3B&schema=id%3Aint``, see ``registry.encode_spec``).
     Each unit carries the size and modification time planned for its file; the reader reads
-    no further and refuses a file that shrank or was replaced since.
+    no further and refuses a file that shrank or was replaced since. ``max_record_mb`` is the
+    record bound (CSV planning reads blocks up to it).
     """
     name, opts = decode_spec(fmt)
+    opts = dataclasses.replace(opts, max_record=record_bytes(max_record_mb))
     target = max(1, int(unit_mb * 1024 * 1024))
     by_format: Dict[str, List[PlannedFile]] = {}
     order: Dict[str, int] = {}

@@ -4,16 +4,20 @@ One record per sample, ``{"__key__": key, "<ext>": bytes, ...}``, grouped as the
 ``webdataset`` package groups them (``tariterators.base_plus_ext``/``group_by_keys``): the key
 is the member path up to the first dot of its basename, the extension is the rest, lower-cased;
 consecutive members with the same key form one sample; non-regular members and
-``__meta__``-style names are skipped. A sample with the same extension twice is a bad record.
+``__meta__``-style names are skipped (symlink and hardlink members are counted as
+``skipped_members`` in the manifest and logged). A member over the record bound
+(``--max_record_mb``) is not extracted: its sample is a bad record. A sample with the same
+extension twice is a bad record.
 The location of a record (``line`` in errors) is the sample's number in the shard, 1-based; its
 member names are the error's ``members`` (and are in the raise message).
 """
 
 import re
+import sys
 import tarfile
 from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
 
-from torchx_datapipes.io.inputs.base import Batches, InputFormat, open_unit_stream
+from torchx_datapipes.io.inputs.base import Batches, InputFormat, open_unit_stream, too_large
 from torchx_datapipes.io.streams import CorruptError, TruncatedError
 
 if TYPE_CHECKING:
@@ -47,6 +51,7 @@ class WebDatasetFormat(InputFormat):
         sample: Optional[Dict[str, Any]] = None
         members: List[str] = []
         bad: Optional[str] = None
+        links: List[str] = []  # symlink and hardlink members: skipped, counted and logged
         n = 0
 
         def flush() -> None:
@@ -66,12 +71,20 @@ class WebDatasetFormat(InputFormat):
             try:
                 with tarfile.open(fileobj=fh, mode="r|*") as tar:
                     for info in tar:
+                        if info.issym() or info.islnk():
+                            links.append(info.name)
+                            continue
                         if not info.isreg() or _META.match(info.name):
                             continue
                         key, ext = split_name(info.name)
                         if key is None or ext is None:
                             continue
-                        data = tar.extractfile(info).read()  # type: ignore[union-attr]
+                        over: Optional[str] = None
+                        if info.size > reader.max_record:  # not extracted: the stream skips past it
+                            data = b""
+                            over = too_large(f"the member {info.name!r}", info.size, reader.max_record)
+                        else:
+                            data = tar.extractfile(info).read()  # type: ignore[union-attr]
                         if sample is None or key != sample["__key__"]:
                             flush()
                             if len(recs) >= reader.batch_size:
@@ -80,6 +93,8 @@ class WebDatasetFormat(InputFormat):
                             sample = {"__key__": key}
                         if ext in sample and bad is None:
                             bad = f"sample {key!r} has the member {info.name!r} twice (extension {ext!r})"
+                        if over is not None and bad is None:
+                            bad = over
                         sample[ext] = data
                         members.append(info.name)
                         reader.bytes_done = raw.consumed
@@ -88,5 +103,16 @@ class WebDatasetFormat(InputFormat):
                 reader.cut(TruncatedError(str(e)) if not isinstance(e, CorruptError) else e, n, raw.consumed)
             reader.bytes_read = raw.consumed
         reader.bytes_done = u.nbytes
+        if links:
+            reader.skipped_members += len(links)
+            shown = ", ".join(repr(x) for x in links[:5]) + (
+                f" and {len(links) - 5} more" if len(links) > 5 else ""
+            )
+            print(
+                f"{u.path}: skipped {len(links)} link member(s) (symlink or hardlink: a sample is made of"
+                f" regular files only; counted as skipped_members in the manifest): {shown}",
+                file=sys.stderr,
+                flush=True,
+            )
         if recs:
             yield recs, rows
