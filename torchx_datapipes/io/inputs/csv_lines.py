@@ -11,19 +11,22 @@ order) or nothing (an empty line, skipped).
 
 import io
 from collections import deque
-from typing import Any, Deque, List, Tuple
+from typing import Any, Deque, List, Optional, Tuple
 
 import numpy as np
 import numpy.typing as npt
 
 _QUOTE, _NL, _CR = 34, 10, 13
+_BOM = b"\xef\xbb\xbf"
 Record = Tuple[int, int, bool]  # (first line, fields, blank)
 IntArray = npt.NDArray[np.int64]
 
 
 class RecordLines:
-    def __init__(self, delimiter: str) -> None:
+    def __init__(self, delimiter: str, limit: int = 0) -> None:
         self.delim = ord(delimiter)
+        self.limit = limit  # > 0: note the first record longer than this many bytes in ``over``
+        self.over: Optional[Tuple[int, int]] = None  # (first line, bytes) of that record
         self.quotes = 0  # parity of the quotes seen so far
         self.newlines = 0  # newlines seen so far, quoted ones included
         self.line = 1  # first line of the record being read
@@ -60,6 +63,10 @@ class RecordLines:
             before = np.where(ends > 0, a[np.maximum(ends - 1, 0)], self.last)
             blank = (raw_len == 0) | ((raw_len == 1) & (before == _CR))
             tail_from = int(ends[-1]) + 1
+            if self.limit and self.over is None and int(raw_len.max()) > self.limit:
+                i = int(np.argmax(raw_len > self.limit))
+                first = self.line if i == 0 else self.newlines + int(end_idx[i - 1]) + 2
+                self.over = (first, int(raw_len[i]))
             fields, tail = self._fields_of(a, q, unquoted, starts, ends, tail_from)
             fields[0] += self.fields - 1
             lines = np.concatenate(([self.line], self.newlines + end_idx[:-1] + 2))
@@ -119,6 +126,8 @@ class RecordLines:
         self._pos = 0
 
     def finish(self) -> None:
+        if self.limit and self.over is None and self.pending > self.limit:
+            self.over = (self.line, self.pending)
         blank = self.pending == 0 or (self.pending == 1 and self.last == _CR)
         if not blank or self.fields > 1:
             self._append([self.line], [self.fields], [False])
@@ -161,7 +170,7 @@ class Tee(io.RawIOBase):
 
     def __init__(self, stream: Any, lines: RecordLines) -> None:
         super().__init__()
-        self.stream, self.lines, self.done = stream, lines, False
+        self.stream, self.lines, self.done, self.first = stream, lines, False, True
 
     def readable(self) -> bool:
         return True
@@ -175,5 +184,9 @@ class Tee(io.RawIOBase):
                 self.done = True
             return 0
         buf[:n] = data
-        self.lines.feed(bytes(data))
+        seen = bytes(data)
+        if self.first:  # the parser skips a UTF-8 BOM: so do the record lines (a BOM-only file is empty)
+            self.first = False
+            seen = seen[len(_BOM) :] if seen.startswith(_BOM) else seen
+        self.lines.feed(seen)
         return n
