@@ -40,6 +40,7 @@ class BadRecord:
     error: str
     raw: str
     stage: str = "parse"
+    fix: str = ""  # a unit error's own fix (default: the one of a cut compressed stream)
 
 
 class UnitReader:
@@ -113,6 +114,12 @@ class UnitReader:
     # -- for the format modules --------------------------------------------------------------
     def add_bad(self, line: int, error: str, raw: str) -> None:
         self.bad.append(BadRecord(line, error, raw))
+
+    def damaged(self, line: int, error: str, lost: int, fix: str) -> None:
+        """A part of the unit could not be decoded (a corrupt Parquet page): one bad unit."""
+        self.bad_units = 1
+        self.lost_bytes = lost
+        self.unit_errors.append(BadRecord(line, error, "", "unit", fix))
 
     def cut(self, e: Exception, lines_read: int, consumed: int) -> None:
         """The compressed stream ended early or broke: one bad unit, and what it cost."""

@@ -27,6 +27,7 @@ from torchx_datapipes.io.formats import UnitReader, record_bytes
 from torchx_datapipes.io.fs import check_disjoint, expand_input_files, join
 from torchx_datapipes.io.layout import ERRORS_DIR
 from torchx_datapipes.io.lease import Lease, run_identity
+from torchx_datapipes.io.stale import remove_stale_temps
 from torchx_datapipes.io.units import Unit, plan_units
 from torchx_datapipes.runner.background import Background
 from torchx_datapipes.runner.badrecords import ErrorSink, OnError
@@ -201,6 +202,7 @@ class Engine:
         self.lease = Lease.acquire(c.output)
         if c.overwrite and self.dist.first_round and not self.lease.retaken:  # not after a restart/new round
             mf.clear_output(c.output)
+        remove_stale_temps(c.output)  # a killed run's temp files: no run of ours writes here but us
         self.lease.start_heartbeat()
         return orjson.dumps({"inputs": inputs, "units": [u.to_json() for u in units]})
 
