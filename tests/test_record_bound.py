@@ -102,16 +102,40 @@ def sparse_long_line(path: Path, size: int) -> Path:
     return path
 
 
-def test_reading_a_300_mib_line_holds_the_bound_not_the_line(tmp_path: Path) -> None:
-    """Memory is measured in a fresh process: Python's allocations (tracemalloc) and the RSS peak."""
-    f = sparse_long_line(tmp_path / "big.jsonl", 300 * MiB)
+def zstd_long_line(path: Path, size: int) -> Path:
+    """The same records as :func:`sparse_long_line`, zstd-compressed: 300 MiB of line in ~10 KB."""
+    import zstandard
+
+    comp = zstandard.ZstdCompressor(level=1).compressobj()
+    with open(path, "wb") as fh:
+        fh.write(comp.compress(b'{"a": 1}\n{"x": "'))
+        zeros = b"\0" * MiB
+        left = size - 16
+        while left > 0:
+            fh.write(comp.compress(zeros[: min(left, MiB)]))
+            left -= MiB
+        fh.write(comp.compress(b'"}\n{"b": 2}\n') + comp.flush())
+    return path
+
+
+@pytest.mark.parametrize("compressed", [False, True])
+def test_reading_a_300_mib_line_holds_the_bound_not_the_line(tmp_path: Path, compressed: bool) -> None:
+    """Memory is measured in a fresh process: Python's allocations (tracemalloc) and the RSS peak.
+
+    Compressed: a .zst whose frame decodes ~32000x (zstandard has no output limit: it used to
+    hand out the whole 300 MiB from one 256 KiB read)."""
+    if compressed:
+        f = zstd_long_line(tmp_path / "big.jsonl.zst", 300 * MiB)
+        assert f.stat().st_size < MiB
+    else:
+        f = sparse_long_line(tmp_path / "big.jsonl", 300 * MiB)
     res = subprocess.run([sys.executable, "-c", MEMORY_PROBE, str(f)], capture_output=True, text=True,
                          timeout=120)  # fmt: skip
     assert res.returncode == 0, res.stderr
     got = json.loads(res.stdout)
     assert got["recs"] == [{"a": 1}, {"b": 2}]
     ((line, error),) = got["bad"]
-    assert line == 2 and f"{f.stat().st_size - 19:,} bytes" in error and "16,777,216" in error
+    assert line == 2 and f"{300 * MiB + 12 - 19:,} bytes" in error and "16,777,216" in error
     # the bound (16 MiB) and a few read chunks, never the 300 MiB line
     assert got["peak"] < 64 * MiB, got
     assert got["rss_growth"] < 100 * MiB, got
