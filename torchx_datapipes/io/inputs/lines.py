@@ -107,7 +107,9 @@ def _raw_chunks(r: "UnitReader", fh: IO[bytes], raw: Any) -> Iterator[Chunk]:
     """Yield ``(number of the first line, lines, may hold big ints)`` for lines starting in the unit.
 
     A line over the record bound (``r.max_record``) is yielded as a :class:`_Long` instead, and
-    the rest of it is skipped by streaming: no more than the bound plus one read chunk is held.
+    the rest of it is skipped by streaming. The start of an unfinished line is kept as a list of
+    chunks, joined once when its newline comes (never re-copied per chunk), so at most about
+    twice the bound plus a read chunk is held, whatever the line's length.
     """
     start, end, limit = r.unit.start, r.unit.end, r.max_record
     if start > 0:
@@ -116,7 +118,8 @@ def _raw_chunks(r: "UnitReader", fh: IO[bytes], raw: Any) -> Iterator[Chunk]:
         r._first_line_pos = fh.tell()
     pos = r._first_line_pos
     lineno = 1
-    tail = b""
+    pending: List[bytes] = []  # the unfinished line so far (no newline in it)
+    held = 0  # its bytes
     long: Optional[_Long] = None  # the line over the bound being skipped
     finishing = False  # past our end: reading the rest of the line that straddles it
     while True:
@@ -127,7 +130,7 @@ def _raw_chunks(r: "UnitReader", fh: IO[bytes], raw: Any) -> Iterator[Chunk]:
             r.cut(e, lineno - 1, raw.consumed)
             return  # the cut-off tail is part of what was lost
         if not chunk:
-            if end >= 0 and not finishing and (tail or long is not None):
+            if end >= 0 and not finishing and (pending or long is not None):
                 finishing = True  # finish the line that straddles our end
                 continue
             break
@@ -146,21 +149,37 @@ def _raw_chunks(r: "UnitReader", fh: IO[bytes], raw: Any) -> Iterator[Chunk]:
             lineno, long, chunk = lineno + 1, None, chunk[nl + 1 :]
             if finishing:
                 break
-        buf = tail + chunk
+        if chunk.find(b"\n") < 0:  # the line goes on: hold the chunk, unless the line is over the bound
+            if chunk:
+                pending.append(chunk)
+                held += len(chunk)
+            if held > limit:
+                long = _Long(lineno, held, b"".join(pending[:2])[:_HEAD])
+                pending, held = [], 0
+            continue
+        pending.append(chunk)
+        buf = pending[0] if len(pending) == 1 else b"".join(pending)
+        pending, held = [], 0
+        big = may_hold_big_int(buf)
         parts = buf.split(b"\n")
         tail = parts.pop()
         if len(buf) > limit:
-            yield from _split_long(lineno, parts, may_hold_big_int(buf), limit)
+            del buf
+            yield from _split_long(lineno, parts, big, limit)
         else:
-            yield lineno, parts, may_hold_big_int(buf)
+            del buf
+            yield lineno, parts, big
         lineno += len(parts)
         if len(tail) > limit:
-            long, tail = _Long(lineno, len(tail), tail[:_HEAD]), b""
-        if finishing and not tail and long is None:
+            long = _Long(lineno, len(tail), tail[:_HEAD])
+        elif tail:
+            pending, held = [tail], len(tail)
+        if finishing and not pending and long is None:
             break
     if long is not None:
         yield long
-    elif tail:
+    elif pending:
+        tail = b"".join(pending)
         yield lineno, [tail.rstrip(b"\n")], may_hold_big_int(tail)
     r.bytes_done = r.unit.nbytes
 
