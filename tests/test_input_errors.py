@@ -11,7 +11,6 @@ import orjson
 import pytest
 from tdp_testutil import read_output, run_op
 
-from torchx_datapipes.errors import InputError
 from torchx_datapipes.runner.badrecords import RecordError
 
 MiB = 1 << 20
@@ -115,13 +114,26 @@ def test_csv_with_a_6_mib_quoted_field_reads(tmp_path: Path) -> None:
     f.write_text(f'id,text\n1,"{big}"\n2,short\n')
     m = run_op("transform", str(f), tmp_path / "out", fn=lambda r: {"id": r["id"], "n": len(r["text"])})
     assert m["bad"] == 0 and read_output(tmp_path / "out") == [{"id": 1, "n": 6 * MiB}, {"id": 2, "n": 5}]
-    # over the bound: refused when planning (the CSV parser needs a whole record per block), by line and size
-    with pytest.raises(InputError) as e:
+    # over the bound: a bad record naming file, line and size; the parser never holds it
+    with pytest.raises(RecordError) as e:
         run_op("transform", str(f), tmp_path / "small", "--max_record_mb", "4", fn=identity)
     msg = str(e.value)
-    assert (
-        f"{f}, line 2: a CSV record" in msg and f"{6 * MiB + 4:,} bytes" in msg and "--max_record_mb" in msg
-    )
+    assert f"{f}, line 2: cannot parse record: the CSV record" in msg and f"{6 * MiB + 4:,} bytes" in msg
+    assert "--max_record_mb" in msg
+
+
+def test_csv_rows_over_the_bound_are_quarantined_and_later_lines_stay_exact(tmp_path: Path) -> None:
+    f = tmp_path / "d/rows.csv"
+    f.parent.mkdir()
+    big, big2 = "x" * (3 * MiB), "y" * MiB
+    f.write_text(f'id,text\n0,"q\nr"\n1,"{big}"\n2,"a\nb"\n3,"{big2}\n{big2}\n{big2}"\n4,last\n5,"{big}"')
+    m = run_op("transform", str(f), tmp_path / "out", "--max_record_mb", "2", *SKIP,
+               fn=lambda r: {"id": r["id"], "n": len(r["text"])})  # fmt: skip
+    assert read_output(tmp_path / "out") == [{"id": 0, "n": 3}, {"id": 2, "n": 3}, {"id": 4, "n": 4}]
+    assert m["bad"] == 3 and m["records_in"] == 6 and m["blank_lines"] == 0
+    errs = errors_of(tmp_path / "out")
+    assert [e["line"] for e in errs] == [4, 7, 11] and all(e["file"] == str(f) for e in errs)
+    assert f"is {3 * MiB + 4:,} bytes" in errs[0]["error"] and f"is {3 * MiB + 6:,} bytes" in errs[1]["error"]
 
 
 def test_max_record_mb_is_checked_on_the_client() -> None:

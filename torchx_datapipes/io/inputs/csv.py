@@ -24,6 +24,7 @@ from torchx_datapipes.io.inputs.base import (
     extra_hint,
     open_unit_stream,
     stem_of,
+    too_large,
 )
 from torchx_datapipes.io.inputs.csv_lines import RecordLines, Tee
 from torchx_datapipes.io.inputs.unit import Unit
@@ -123,8 +124,8 @@ class CsvFormat(InputFormat):
         na = list(ct.DEFAULT_NA if opts.na_values is None else opts.na_values)
         delims = [opts.delimiter or default_delimiter(f[0]) for f in files]
         kinds = csv_infer.infer_files(files, delims, na, max_record=opts.max_record)
-        found = [(f, d, cols, k, b) for f, d, (cols, k, b) in zip(files, delims, kinds, strict=True)]
-        unified = ct.unify(k for _, _, _, k, _ in found)
+        found = [(f, d, cols, k, b, sp) for f, d, (cols, k, b, sp) in zip(files, delims, kinds, strict=True)]
+        unified = ct.unify(k for _, _, _, k, _, _ in found)
         known = set(unified)
         wrong = [c for c in opts.schema if c not in known]
         if wrong and found:
@@ -134,10 +135,12 @@ class CsvFormat(InputFormat):
             )
         unified.update(opts.schema)
         units = []
-        for (path, size, mtime), delim, cols, _, block in found:
+        for (path, size, mtime), delim, cols, _, block, spans in found:
             read = {"schema": [[c, unified[c]] for c in cols], "na_values": na, "delimiter": delim}
             if block > _BLOCK:  # a record longer than the usual block (up to --max_record_mb)
                 read["block"] = block
+            if spans:  # records over --max_record_mb: left out when parsing, each a bad record
+                read["over"] = [list(sp) for sp in spans]
             units.append(Unit(0, path, size, format=self.name, mtime=mtime, read=read))
         return units
 
@@ -156,14 +159,19 @@ class CsvFormat(InputFormat):
         na = info.get("na_values", list(ct.DEFAULT_NA))
         delim = info.get("delimiter") or default_delimiter(u.path)
         block = int(info.get("block", 0))
+        over = [tuple(sp) for sp in info.get("over", [])]
+        for line, _, _, _, nbytes in over:  # left out of parsing (the parser needs a record per block)
+            what = "the CSV record (a row, quoted fields included)"
+            reader.add_bad(line, too_large(what, nbytes, reader.max_record), "")
         with open_unit_stream(u.path, u.size) as (fh, raw):
             try:
-                yield from self._read(reader, fh, schema, na, delim, block)
+                yield from self._read(reader, csv_infer.without(fh, over), schema, na, delim, block)
             except (TruncatedError, CorruptError) as e:
                 reader.cut(e, reader.records + len(reader.bad), raw.consumed)
             except pa.ArrowInvalid as e:
                 raise InputError(csv_infer.parse_error(u.path, e)) from e
             reader.bytes_read = raw.consumed
+        reader.blank = max(0, reader.blank - sum(sp[3] for sp in over))  # their newlines were not blank lines
         reader.bytes_done = u.nbytes
 
     def _read(

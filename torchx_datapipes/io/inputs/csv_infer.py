@@ -10,6 +10,7 @@ thread pool (the parser and the compute kernels release the GIL), and the result
 in file order, so the plan does not depend on timing.
 """
 
+import io
 import os
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Dict, List, Optional, Sequence, Tuple
@@ -20,13 +21,13 @@ import pyarrow.csv as pacsv
 from torchx_datapipes.errors import InputError
 from torchx_datapipes.io.inputs import csv_types as ct
 from torchx_datapipes.io.inputs.base import DEFAULT_MAX_RECORD, PlannedFile, open_unit_stream, too_large
-from torchx_datapipes.io.inputs.csv_lines import RecordLines
+from torchx_datapipes.io.inputs.csv_lines import RecordLines, Span, Without
 from torchx_datapipes.io.streams import CorruptError, TruncatedError
 
 _BLOCK = 1 << 20  # pyarrow reads a few blocks ahead: small blocks keep memory flat
 _MARGIN = 1 << 16  # the largest block holds a record of the bound and its neighbours' bytes
 _STRADDLES = "straddl"  # pyarrow: "straddling object straddles two block boundaries"
-FileKinds = Tuple[List[str], Dict[str, str], int]  # columns in file order, kind per column, parser block
+FileKinds = Tuple[List[str], Dict[str, str], int, List[Span]]  # columns, kinds, parser block, records over
 
 
 def _open(fh: Any, delimiter: str, na: Sequence[str], columns: Optional[List[str]], block: int) -> Any:
@@ -64,6 +65,11 @@ def blocks(max_record: int) -> List[int]:
     return out
 
 
+def without(fh: Any, spans: Sequence[Span]) -> Any:
+    """``fh`` without the records over the bound (each replaced by its newlines), or ``fh``."""
+    return io.BufferedReader(Without(fh, spans), buffer_size=1 << 20) if spans else fh
+
+
 def _close(reader: Any) -> None:
     if reader is not None:
         reader.close()
@@ -72,26 +78,55 @@ def _close(reader: Any) -> None:
 def infer_file(
     path: str, size: int, delimiter: str, na: Sequence[str], max_record: int = DEFAULT_MAX_RECORD
 ) -> FileKinds:
-    """The columns of one CSV file, the kind of each (decided by every cell) and the parser block."""
+    """The columns of one CSV file, the kind of each (decided by every cell), the parser block and
+    the records over the bound (left out of parsing; each is a bad record when read)."""
     sizes = blocks(max_record)
-    for block in sizes:
+    spans: Optional[List[Span]] = None  # found by streaming once a record is seen over the bound
+    i = 0
+    while True:
+        block = sizes[i]
         try:
-            names, kinds, longest = _infer(path, size, delimiter, na, block)
+            names, kinds, longest = _infer(path, size, delimiter, na, block, spans or [])
         except pa.ArrowInvalid as e:
-            if _STRADDLES in str(e) and block < sizes[-1]:
-                continue  # a record longer than the block: parse again with larger blocks
-            if _STRADDLES in str(e):
-                raise InputError(record_over_bound(path, size, delimiter, max_record)) from e
-            raise InputError(parse_error(path, e)) from e
+            if _STRADDLES not in str(e):
+                raise InputError(parse_error(path, e)) from e
+            if i + 1 < len(sizes):
+                i += 1  # a record longer than the block: parse again with larger blocks
+                continue
+            if spans is not None:  # the parser and the record scanner disagree: name the file
+                raise InputError(
+                    f"{path}: " + too_large("a CSV record", max_record + 1, max_record, True)
+                ) from e
+            spans = over_bound(path, size, delimiter, max_record)
+            continue
         except (TruncatedError, CorruptError) as e:
             raise InputError(
                 f"{path}: {e} (column types are inferred over the whole file when planning); re-fetch"
                 " or recompress the file (check it with gzip -t / zstd -t / xz -t / bzip2 -t)"
             ) from e
-        if longest > max_record:  # the parser may take a record of up to two blocks: the bound is ours
-            raise InputError(record_over_bound(path, size, delimiter, max_record))
-        return names, kinds, block
-    raise AssertionError("unreachable")  # pragma: no cover
+        if longest > max_record and spans is None:  # the parser takes up to two blocks: the bound is ours
+            spans = over_bound(path, size, delimiter, max_record)
+            continue
+        return names, kinds, block, spans or []
+
+
+def over_bound(path: str, size: int, delimiter: str, max_record: int) -> List[Span]:
+    """The records over the bound, streaming the file once (numpy, bounded memory); not the header."""
+    lines = RecordLines(delimiter, limit=max_record)
+    with open_unit_stream(path, size) as (fh, _):
+        while True:
+            chunk = fh.read(_BLOCK)
+            if not chunk:
+                lines.finish()
+                break
+            lines.feed(chunk)
+    if lines.spans and lines.spans[0][0] == 1:
+        raise InputError(
+            f"{path}, line 1: "
+            + too_large("the CSV header", lines.spans[0][4], max_record)
+            + "; a file without its header cannot be read"
+        )
+    return lines.spans
 
 
 def parse_error(path: str, e: Exception) -> str:
@@ -104,30 +139,12 @@ def parse_error(path: str, e: Exception) -> str:
     return f"{path}: cannot parse as CSV ({e}); check --delimiter, or pass --format"
 
 
-def record_over_bound(path: str, size: int, delimiter: str, max_record: int) -> str:
-    """The error of a CSV file with a record over the bound: its line and size, found by streaming."""
-    lines = RecordLines(delimiter, limit=max_record)
-    with open_unit_stream(path, size) as (fh, _):
-        while lines.over is None:
-            chunk = fh.read(_BLOCK)
-            if not chunk:
-                lines.finish()
-                break
-            lines.feed(chunk)
-    line, nbytes = lines.over if lines.over is not None else (0, max_record + 1)
-    where = f", line {line}" if line else ""
-    exact = lines.over is not None
-    return f"{path}{where}: " + too_large(
-        "a CSV record (a row, quoted fields included)", nbytes, max_record, at_least=not exact
-    )
-
-
 def _infer(
-    path: str, size: int, delimiter: str, na: Sequence[str], block: int
+    path: str, size: int, delimiter: str, na: Sequence[str], block: int, spans: Sequence[Span]
 ) -> Tuple[List[str], Dict[str, str], int]:
     """Columns, their kinds, and the bytes of the longest row's cells (checked against the bound)."""
     with open_unit_stream(path, size) as (fh, _):
-        head = _open(fh, delimiter, na, None, block)
+        head = _open(without(fh, spans), delimiter, na, None, block)
         names: List[str] = list(head.schema.names) if head is not None else []
         _close(head)
     if not names:
@@ -135,7 +152,7 @@ def _infer(
     inf = ct.Inference()
     longest = 0
     with open_unit_stream(path, size) as (fh, _):
-        reader = _open(fh, delimiter, na, names, block)
+        reader = _open(without(fh, spans), delimiter, na, names, block)
         try:
             for batch in reader:
                 longest = max(longest, ct.longest_row(batch))
