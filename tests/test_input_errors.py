@@ -11,6 +11,7 @@ import orjson
 import pytest
 from tdp_testutil import read_output, run_op
 
+from torchx_datapipes.errors import InputError
 from torchx_datapipes.runner.badrecords import RecordError
 
 MiB = 1 << 20
@@ -151,3 +152,11 @@ def test_json_stays_exact_for_big_integers(tmp_path: Path) -> None:
     f.write_text(json.dumps({"x": [[[123456789012345678901234567890]]]}) + "\n")
     run_op("transform", str(f), tmp_path / "out", fn=identity)
     assert b"123456789012345678901234567890" in (tmp_path / "out/part-00000.jsonl").read_bytes()
+
+
+def test_deep_json_document_names_the_file_and_the_nesting(tmp_path: Path) -> None:
+    f = tmp_path / "d/deep.json"
+    f.parent.mkdir()
+    f.write_text('[{"x": ' + "[" * 1010 + "12345678901234567890123" + "]" * 1010 + "}]")
+    with pytest.raises(InputError, match=rf"^{f}: the record nests 1012 levels deep"):
+        run_op("transform", str(f), tmp_path / "out", "--on_error", "skip", fn=identity)

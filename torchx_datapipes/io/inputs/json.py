@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any, List, Sequence
 import orjson
 
 from torchx_datapipes.errors import InputError
-from torchx_datapipes.io.bigints import loads_exact, may_hold_big_int
+from torchx_datapipes.io.bigints import TooDeep, loads_exact, may_hold_big_int
 from torchx_datapipes.io.inputs.base import (
     BOM,
     Batches,
@@ -88,6 +88,8 @@ class JsonFormat(InputFormat):
             return
         try:
             doc: Any = loads_exact(data) if may_hold_big_int(data) else orjson.loads(data)
+        except TooDeep as e:
+            raise InputError(f"{u.path}: {e}") from e
         except (orjson.JSONDecodeError, ValueError, UnicodeDecodeError) as e:
             raise InputError(
                 f"{u.path}: not a JSON document ({type(e).__name__}: {e}); a .json file must hold a"
