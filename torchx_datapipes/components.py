@@ -55,7 +55,7 @@ def transform(
     h: Optional[str] = None,
     cpu: int = 2,
     gpu: int = 0,
-    memMB: int = 1024,
+    memMB: int = 0,
     j: str = "1x2",
     env: Optional[Dict[str, str]] = None,
     mounts: Optional[List[str]] = None,
@@ -111,7 +111,7 @@ def transform(
         h: a registered named resource (takes precedence over cpu, gpu, memMB)
         cpu: number of cpus per replica
         gpu: number of gpus per replica
-        memMB: cpu memory in MB per replica
+        memMB: cpu memory in MB per replica (node); 0: sized from -j and --num_workers (see docs/cluster.md)
         j: [{min_nnodes}:]{nnodes}x{nproc_per_node}: nodes and ranks per node
         env: environment variables for the job (e.g. ENV1=v1,ENV2=v2)
         mounts: mounts for the job's containers (type=<bind/volume>,src=/host,dst=/job[,readonly])
@@ -150,7 +150,7 @@ def split(
     h: Optional[str] = None,
     cpu: int = 2,
     gpu: int = 0,
-    memMB: int = 1024,
+    memMB: int = 0,
     j: str = "1x2",
     env: Optional[Dict[str, str]] = None,
     mounts: Optional[List[str]] = None,
@@ -199,7 +199,7 @@ def split(
         h: a registered named resource (takes precedence over cpu, gpu, memMB)
         cpu: number of cpus per replica
         gpu: number of gpus per replica
-        memMB: cpu memory in MB per replica
+        memMB: cpu memory in MB per replica (node); 0: sized from -j and --num_workers (see docs/cluster.md)
         j: [{min_nnodes}:]{nnodes}x{nproc_per_node}: nodes and ranks per node
         env: environment variables for the job (e.g. ENV1=v1,ENV2=v2)
         mounts: mounts for the job's containers (type=<bind/volume>,src=/host,dst=/job[,readonly])
@@ -236,7 +236,7 @@ def stats(
     h: Optional[str] = None,
     cpu: int = 2,
     gpu: int = 0,
-    memMB: int = 1024,
+    memMB: int = 0,
     j: str = "1x2",
     env: Optional[Dict[str, str]] = None,
     mounts: Optional[List[str]] = None,
@@ -282,7 +282,7 @@ def stats(
         h: a registered named resource (takes precedence over cpu, gpu, memMB)
         cpu: number of cpus per replica
         gpu: number of gpus per replica
-        memMB: cpu memory in MB per replica
+        memMB: cpu memory in MB per replica (node); 0: sized from -j and --num_workers (see docs/cluster.md)
         j: [{min_nnodes}:]{nnodes}x{nproc_per_node}: nodes and ranks per node
         env: environment variables for the job (e.g. ENV1=v1,ENV2=v2)
         mounts: mounts for the job's containers (type=<bind/volume>,src=/host,dst=/job[,readonly])
