@@ -152,6 +152,8 @@ class SlurmCluster:
         w, gw = self.workdir, self.net.gateway
         me = socket.gethostname().split(".")[0]
         auth = f"AuthType=auth/munge\nAuthInfo=socket={self.munge_socket}\n"
+        # cred_expire is also how long a requeued job (--max_retries) waits to start again (default 120 s)
+        ctld_auth = f"AuthType=auth/munge\nAuthInfo=socket={self.munge_socket},cred_expire=10\n"
         nodes = "\n".join(
             f"NodeName={h.name} NodeAddr={h.addr} CPUs={NODE_CPUS} RealMemory={NODE_MEM_MB} State=UNKNOWN"
             for h in self.net.hosts
@@ -193,7 +195,7 @@ class SlurmCluster:
                 MpiDefault=none
                 """
             )
-            + auth
+            + ctld_auth
             + nodes
             + f"\nPartitionName=debug Nodes={','.join(self.nodes)} Default=YES MaxTime=30 State=UP\n"
         )
