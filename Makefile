@@ -26,8 +26,13 @@ $(VENV)/.installed: pyproject.toml | $(BIN)/python
 # its other requirements.
 LITDATA_SPEC ?= litdata==0.2.76
 
+# ray[default] (~25 s on top of torch; the Ray e2e test runs in `make test`) with torch pinned as
+# a constraint, so it never resolves another torch.
+RAY_SPEC ?= ray[default]>=2.40
+
 $(VENV)/.installed-dev: $(VENV)/.installed pyproject.toml
 	$(PIP) install -q -e ".[dev]"
+	$(PIP) install -q "$(RAY_SPEC)" "$(TORCH_SPEC)"
 	$(PIP) check
 	$(PIP) install -q --no-deps "$(LITDATA_SPEC)"
 	touch $@
