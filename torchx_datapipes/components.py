@@ -6,11 +6,12 @@ generic runner (``python -m torchx_datapipes.runner``) under torchrun, so the sa
 on local_cwd, Kubernetes, Slurm and every other TorchX scheduler.
 
 What depends on the scheduler is decided by the client (docs/cluster.md): the client's venv goes
-on ``PATH`` for ``local_cwd`` only; relative local paths are made absolute where the job shares
-the client's filesystem (local_cwd, Slurm, LSF) and refused elsewhere (Kubernetes, Docker,
-Batch ...: cluster jobs need URLs every node can reach, e.g. ``s3://``, and ``--artifact_store``);
-``--dryrun`` packages the function but uploads nothing. The image must contain torch and this
-package (``examples/Dockerfile``).
+on ``PATH`` where the job sees it (``local_cwd``, and Slurm/LSF, whose nodes share the filesystem);
+``--memMB`` defaults to a size derived from ranks x workers; relative local paths are made
+absolute where the job shares the client's filesystem (local_cwd, Slurm, LSF) and refused
+elsewhere (Kubernetes, Docker, Batch ...: cluster jobs need URLs every node can reach, e.g.
+``s3://``, and ``--artifact_store``); ``--dryrun`` packages the function but uploads nothing.
+The image must contain torch and this package (``examples/Dockerfile``).
 
 TorchX executes this file's source, so it uses absolute imports only and must not use
 ``from __future__ import annotations``.
