@@ -2,7 +2,7 @@
 
 One private two-node cluster for the module (:mod:`slurm_cluster`: Debian's Slurm 22.05, each
 node a network namespace with its own hostname, accounting through slurmdbd on MariaDB). The
-four jobs are submitted at once, as a user would, with ``PATH=/usr/bin:/bin`` (the venv is NOT on
+jobs are submitted at once, as a user would, with ``PATH=/usr/bin:/bin`` (the venv is NOT on
 ``PATH``: the job must still find the client's torchrun), then each test awaits its own:
 
 - ``transform -j 2x1`` (one rank on each node, the rendezvous on node ``h1`` by name);
@@ -10,6 +10,7 @@ four jobs are submitted at once, as a user would, with ``PATH=/usr/bin:/bin`` (t
 - ``stats -j 1x2``;
 - ``transform -j 1x1 --max_retries 1`` whose function fails once: Slurm requeues it and the
   second attempt resumes from the committed units.
+- ``api.run(api.transform(...), "slurm")`` at ``-j 1x2``.
 
 Each output is compared with the same op run in this process; ``torchx status`` and ``torchx
 log`` are checked on the transform job. A job whose function exceeds ``--memMB`` is killed by
@@ -121,26 +122,22 @@ JOBS: Dict[str, List[str]] = {
 
 @pytest.fixture(scope="module")
 def jobs(cluster: SlurmCluster, project: Path) -> Dict[str, str]:
-    """Every job submitted at once (``--cpu 1``: they share the two nodes); name -> handle."""
+    """Every job submitted at once (``--cpu 1``: they share the two nodes); name -> handle.
+
+    ``api``: ``api.run(app, "slurm", wait=False)`` from this process with ``PATH=/usr/bin:/bin``.
+    """
+    common = ["--input", "data/*.jsonl", "--cpu", "1"]
     procs = {
-        name: start_torchx(
-            cluster,
-            project,
-            "run",
-            "-s",
-            "slurm",
-            *args[:1],
-            "--input",
-            "data/*.jsonl",
-            "--output",
-            f"out/{name}",
-            "--cpu",
-            "1",
-            *args[1:],
-        )  # fmt: skip
+        name: start_torchx(cluster, project, "run", "-s", "slurm", *args, *common, "--output", f"out/{name}")
         for name, args in JOBS.items()
     }
     handles = {}
+    with pytest.MonkeyPatch.context() as mp:
+        for k, v in {**cluster.env, "PATH": "/usr/bin:/bin", "PYTHONPATH": str(REPO)}.items():
+            mp.setenv(k, v)
+        mp.chdir(project)
+        app = api.transform("fns.py:clean", input="data/*.jsonl", output="out/api", j="1x2", cpu=1)
+        handles["api"] = api.run(app, "slurm", wait=False).app_handle
     for name, proc in procs.items():
         out, err = proc.communicate(timeout=120)
         found = re.findall(r"^slurm://\S+/(\d+)$", out, re.M)
@@ -189,6 +186,14 @@ def test_transform_2x1_without_the_venv_on_path(
     log = torchx(cluster, project, "log", handle)
     assert log.returncode == 0, log.stderr
     assert f"output: {out}  manifest: {out}/_SUCCESS" in log.stdout, log.stdout
+
+
+def test_api_run_slurm_without_the_venv_on_path(
+    cluster: SlurmCluster, project: Path, jobs: Dict[str, str]
+) -> None:
+    finished(cluster, jobs["api"])
+    assert canon(read_output(project / "out/api")) == expected_clean(project)
+    assert orjson.loads((project / "out/api/_SUCCESS").read_bytes())["world_size"] == 2
 
 
 def test_split_2x1(cluster: SlurmCluster, project: Path, jobs: Dict[str, str]) -> None:
