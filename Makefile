@@ -6,7 +6,7 @@ TORCH_SPEC ?= torch==2.13.0
 BIN := $(VENV)/bin
 PIP := $(BIN)/python -m pip
 
-.PHONY: demo test install install-dev services lint typecheck pytest bench bench-cache clean
+.PHONY: demo test install install-dev services lint typecheck pytest test-slurm test-ray bench bench-cache clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -57,6 +57,14 @@ pytest: install-dev services
 	source $(BIN)/activate && pytest -q --durations=30
 
 test: install-dev services lint typecheck pytest
+
+# Only the cluster-scheduler end-to-end tests (both also run in `make test`): a private two-node
+# Slurm cluster, and a private local Ray head (docs/cluster.md "Run on Slurm", "Run on Ray").
+test-slurm: install-dev services
+	source $(BIN)/activate && pytest -q tests/test_slurm.py tests/test_slurm_client.py
+
+test-ray: install-dev
+	source $(BIN)/activate && pytest -q tests/test_ray.py
 
 bench: install
 	$(PIP) install -q -e ".[bench]"

@@ -59,7 +59,7 @@ FNS = textwrap.dedent(
 
 
     def hog(rec):
-        big = b"x" * (3 * 1024**3)  # touched: 3 GB of RSS, over any --memMB this job gets
+        big = b"x" * (2 * 1024**3)  # touched: 2 GB of RSS, twice the --memMB this job gets
         return {**rec, "n": len(big)}
     """
 ).replace("FLAKY_ID", str(FLAKY_ID))
