@@ -184,6 +184,7 @@ MEM_WORKER_MB = 180
 MEM_HEADROOM = 1.5  # records in flight, the user's function and libraries
 MEM_ROUND_MB = 256
 META_MEM_FLOOR = "torchx_datapipes/mem_floor_mb"
+_MEMORY_NOT_ENFORCED = frozenset({"ray"})  # TorchX's Ray actors get CPUs and GPUs, not memory
 
 
 def memory_floor_mb(nproc_per_node: int, num_workers: int) -> int:
@@ -201,6 +202,8 @@ def default_memory_mb(nproc_per_node: int, num_workers: int) -> int:
 def check_memory(mem_mb: int, floor_mb: int, scheduler: Optional[str], given: str = "--memMB") -> None:
     """Refuse a job whose nodes get less memory than its measured floor, where memory is enforced."""
     if scheduler is None or Target(scheduler).uses_client_python or mem_mb <= 0 or mem_mb >= floor_mb:
+        return
+    if scheduler in _MEMORY_NOT_ENFORCED:
         return
     raise OptionError(
         f"{given} {mem_mb} is below the {floor_mb} MB that one node of this job needs before any data"
