@@ -60,8 +60,9 @@ def test_parquet_tensors_dtype_shape_values_without_warnings(tmp_path: Path, inp
                 t = r[f"{prefix}_{d}"]
                 assert isinstance(t, torch.Tensor) and t.dtype == getattr(torch, d) and t.shape == shape
                 assert np.array_equal(t.numpy(), _value(i, d, shape))
-            scalar = r[f"s_{d}"]  # 0-d columns: Python scalars
-            assert not isinstance(scalar, torch.Tensor) and scalar == _value(i, d, ()).item()
+            scalar = r[f"s_{d}"]  # 0-d columns: 0-d tensors again (the field's metadata says so)
+            assert isinstance(scalar, torch.Tensor) and scalar.dtype == getattr(torch, d)
+            assert scalar.shape == () and scalar.item() == _value(i, d, ()).item()
         assert r["img"].dtype == torch.uint8 and r["img"].shape == (3, 4, 4)
         r["img"] += 1  # writable (zero-copy from this read's own Arrow buffer): the next read is unchanged
     again = list(OutputDataset(str(tmp_path / "o")))[0]["img"]

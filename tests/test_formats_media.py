@@ -13,6 +13,7 @@ from tdp_testutil import read_output, run_op
 from torchx_datapipes.io.formats import UnitReader
 from torchx_datapipes.io.fs import expand_input_files
 from torchx_datapipes.io.units import plan_units
+from torchx_datapipes.io.wdscodec import member_field
 
 Image = pytest.importorskip("PIL.Image")
 
@@ -114,13 +115,19 @@ def test_webdataset_shard_matches_the_webdataset_package(tmp_path: Path, name: s
     (unit,) = plan_units([(str(shard), shard.stat().st_size)])
     assert unit.format == "webdataset"
     ours = [r for b, _ in UnitReader(unit).batches() for r in b]
+    # the package's samples decoded by its default decoders (.cls -> int, .json -> value, images
+    # kept as bytes), fields named as OutputDataset names them (``meta.json`` -> ``meta``)
     theirs = [
-        {k: v for k, v in s.items() if k == "__key__" or not k.startswith("__")}
-        for s in wds.WebDataset(str(shard), shardshuffle=False)
+        {
+            (k if k == "__key__" else member_field(k)): v
+            for k, v in s.items()
+            if k == "__key__" or not k.startswith("__")
+        }
+        for s in wds.WebDataset(str(shard), shardshuffle=False).decode()
     ]
     assert ours == theirs
     assert [r["__key__"] for r in ours] == ["000", "001", "dir/002"] and ours[2]["v2.png"] == png(10)
-    assert set(ours[0]) == {"__key__", "png", "cls", "meta.json"}
+    assert set(ours[0]) == {"__key__", "png", "cls", "meta"} and ours[0]["cls"] == 7
 
 
 def keys_and_shapes(r: Dict[str, Any]) -> Dict[str, Any]:

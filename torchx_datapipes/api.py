@@ -7,7 +7,9 @@ result = api.run(app)          # local_cwd by default; raises JobFailedError on 
 result.manifest["records_out"]
 """
 
+import dataclasses
 import os
+import shutil
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Optional, Union
 
@@ -15,7 +17,7 @@ from torchx import specs
 
 from torchx_datapipes import artifact, components
 from torchx_datapipes.appdef import META_OP, META_OUTPUT, default_store, for_scheduler
-from torchx_datapipes.cluster import check_scheduler
+from torchx_datapipes.cluster import META_MEM_FLOOR, check_memory, check_scheduler, oom_hint, ray_workspace
 from torchx_datapipes.errors import DatapipesError
 from torchx_datapipes.io.fs import join, read_bytes
 from torchx_datapipes.io.manifest import read_manifest
@@ -123,15 +125,26 @@ def run(
         cfg.setdefault("log_dir", os.path.abspath(os.path.join(".torchx", "logs")))
     output = app.metadata.get(META_OUTPUT)
     check_scheduler(app.metadata, scheduler)  # client-relative paths: refused where the job cannot see them
-    for_scheduler(app, scheduler)  # the client's PATH prefix on local_cwd only
-    with get_runner() as runner:
-        handle = runner.run(app, scheduler, cfg=cfg)
-        if not wait:
-            return RunResult(handle, "SUBMITTED", output, None, cfg.get("log_dir"))
-        status = runner.wait(handle, wait_interval=0.5)
-        state = status.state.name if status is not None else "UNKNOWN"
-        if state != "SUCCEEDED":
-            raise JobFailedError(_failure_message(runner, handle, state, status, cfg.get("log_dir")))
+    for_scheduler(app, scheduler)  # the client's torchrun on PATH where the job can see it
+    if app.metadata.get(META_MEM_FLOOR):
+        check_memory(app.roles[0].resource.memMB, int(app.metadata[META_MEM_FLOOR]), scheduler)
+    # TorchX's Ray scheduler ships role.image (a directory) as the job's working_dir, writes into it
+    # and deletes it after submitting if it is under the temp dir: give it a private copy we own.
+    workspace = ray_workspace(app.roles[0].image) if scheduler == "ray" else None
+    try:
+        if workspace is not None:
+            app = dataclasses.replace(app, roles=[dataclasses.replace(app.roles[0], image=workspace)])
+        with get_runner() as runner:
+            handle = runner.run(app, scheduler, cfg=cfg)
+            if not wait:
+                return RunResult(handle, "SUBMITTED", output, None, cfg.get("log_dir"))
+            status = runner.wait(handle, wait_interval=0.5)
+            state = status.state.name if status is not None else "UNKNOWN"
+            if state != "SUCCEEDED":
+                raise JobFailedError(_failure_message(runner, handle, state, status, cfg.get("log_dir")))
+    finally:
+        if workspace is not None:
+            shutil.rmtree(workspace, ignore_errors=True)
     manifest = read_manifest(output) if output else None
     result = None
     if output and app.metadata.get(META_OP) == "stats":
@@ -169,12 +182,16 @@ def _failure_message(runner: Any, handle: str, state: str, status: Any, log_dir:
                 errors.append(err)
     if errors:
         msg += "\n" + "\n".join(errors[:2])
+    lines: List[str] = []
     try:
         role = runner.describe(handle).roles[0].name
-        lines = list(runner.log_lines(handle, role, k=0, streams=None))[-30:]
-        msg += "\n--- last log lines ---\n" + "".join(lines)
+        lines = list(runner.log_lines(handle, role, k=0, streams=None))
+        msg += "\n--- last log lines ---\n" + "".join(lines[-30:])
     except Exception:  # logs are a courtesy; the state above is the truth
         pass
+    hint = oom_hint(handle, "".join(lines))
+    if hint:
+        msg = f"{msg.splitlines()[0]}\n{hint}\n" + "\n".join(msg.splitlines()[1:])
     if log_dir:
         msg += f"\nlogs: {log_dir}"
     return msg

@@ -6,11 +6,12 @@ generic runner (``python -m torchx_datapipes.runner``) under torchrun, so the sa
 on local_cwd, Kubernetes, Slurm and every other TorchX scheduler.
 
 What depends on the scheduler is decided by the client (docs/cluster.md): the client's venv goes
-on ``PATH`` for ``local_cwd`` only; relative local paths are made absolute where the job shares
-the client's filesystem (local_cwd, Slurm, LSF) and refused elsewhere (Kubernetes, Docker,
-Batch ...: cluster jobs need URLs every node can reach, e.g. ``s3://``, and ``--artifact_store``);
-``--dryrun`` packages the function but uploads nothing. The image must contain torch and this
-package (``examples/Dockerfile``).
+on ``PATH`` where the job sees it (``local_cwd``, and Slurm/LSF, whose nodes share the filesystem);
+``--memMB`` defaults to a size derived from ranks x workers; relative local paths are made
+absolute where the job shares the client's filesystem (local_cwd, Slurm, LSF) and refused
+elsewhere (Kubernetes, Docker, Batch ...: cluster jobs need URLs every node can reach, e.g.
+``s3://``, and ``--artifact_store``); ``--dryrun`` packages the function but uploads nothing.
+The image must contain torch and this package (``examples/Dockerfile``).
 
 TorchX executes this file's source, so it uses absolute imports only and must not use
 ``from __future__ import annotations``.
@@ -56,7 +57,7 @@ def transform(
     h: Optional[str] = None,
     cpu: int = 2,
     gpu: int = 0,
-    memMB: int = 1024,
+    memMB: int = 0,
     j: str = "1x2",
     env: Optional[Dict[str, str]] = None,
     mounts: Optional[List[str]] = None,
@@ -114,7 +115,7 @@ def transform(
         h: a registered named resource (takes precedence over cpu, gpu, memMB)
         cpu: number of cpus per replica
         gpu: number of gpus per replica
-        memMB: cpu memory in MB per replica
+        memMB: cpu memory in MB per replica (node); 0: sized from -j and --num_workers (see docs/cluster.md)
         j: [{min_nnodes}:]{nnodes}x{nproc_per_node}: nodes and ranks per node
         env: environment variables for the job (e.g. ENV1=v1,ENV2=v2)
         mounts: mounts for the job's containers (type=<bind/volume>,src=/host,dst=/job[,readonly])
@@ -154,7 +155,7 @@ def split(
     h: Optional[str] = None,
     cpu: int = 2,
     gpu: int = 0,
-    memMB: int = 1024,
+    memMB: int = 0,
     j: str = "1x2",
     env: Optional[Dict[str, str]] = None,
     mounts: Optional[List[str]] = None,
@@ -205,7 +206,7 @@ def split(
         h: a registered named resource (takes precedence over cpu, gpu, memMB)
         cpu: number of cpus per replica
         gpu: number of gpus per replica
-        memMB: cpu memory in MB per replica
+        memMB: cpu memory in MB per replica (node); 0: sized from -j and --num_workers (see docs/cluster.md)
         j: [{min_nnodes}:]{nnodes}x{nproc_per_node}: nodes and ranks per node
         env: environment variables for the job (e.g. ENV1=v1,ENV2=v2)
         mounts: mounts for the job's containers (type=<bind/volume>,src=/host,dst=/job[,readonly])
@@ -243,7 +244,7 @@ def stats(
     h: Optional[str] = None,
     cpu: int = 2,
     gpu: int = 0,
-    memMB: int = 1024,
+    memMB: int = 0,
     j: str = "1x2",
     env: Optional[Dict[str, str]] = None,
     mounts: Optional[List[str]] = None,
@@ -291,7 +292,7 @@ def stats(
         h: a registered named resource (takes precedence over cpu, gpu, memMB)
         cpu: number of cpus per replica
         gpu: number of gpus per replica
-        memMB: cpu memory in MB per replica
+        memMB: cpu memory in MB per replica (node); 0: sized from -j and --num_workers (see docs/cluster.md)
         j: [{min_nnodes}:]{nnodes}x{nproc_per_node}: nodes and ranks per node
         env: environment variables for the job (e.g. ENV1=v1,ENV2=v2)
         mounts: mounts for the job's containers (type=<bind/volume>,src=/host,dst=/job[,readonly])

@@ -5,6 +5,8 @@
   ``StatefulDataLoader`` and elastically with :func:`merge_states`;
 - :class:`OutputMapDataset` (``OutputDataset.map_style(...)``): random access by index;
 - :class:`OutputNode` (``OutputDataset(...).node()``): a ``torchdata.nodes`` source;
+- :data:`collate` / :class:`Collate`: a ``collate_fn`` for records with missing values (masks or
+  fill values per field, instead of ``default_collate``'s TypeError on the first ``None``);
 - :func:`hf_features`: the HF ``datasets.Features`` for ``load_dataset("parquet")`` of an output
   with tensor columns (HF has no ``arrow.fixed_shape_tensor``).
 
@@ -13,9 +15,13 @@ and does not write. See docs/reader.md.
 """
 
 from torchx_datapipes.data._state import merge_states
+from torchx_datapipes.data.collate import Collate, CollateError, collate, present
 from torchx_datapipes.data.dataset import OutputDataset
 from torchx_datapipes.data.hf import hf_features
 from torchx_datapipes.data.mapstyle import OutputMapDataset
 from torchx_datapipes.data.node import OutputNode
 
-__all__ = ["OutputDataset", "OutputMapDataset", "OutputNode", "hf_features", "merge_states"]
+__all__ = [
+    "Collate", "CollateError", "OutputDataset", "OutputMapDataset", "OutputNode", "collate", "hf_features",
+    "merge_states", "present",
+]  # fmt: skip

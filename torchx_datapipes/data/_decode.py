@@ -5,11 +5,12 @@ from dataclasses import dataclass
 from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 
 import numpy as np
-import orjson
 import torch
 
-TEXT_EXTS = frozenset({"txt", "text"})
-INT_TEXT_EXTS = frozenset({"cls", "cls2", "index", "inx", "id"})
+from torchx_datapipes.io import jsoncodec, wdscodec
+from torchx_datapipes.io.wdscodec import member_field
+
+__all__ = ["Columns", "MemberDecoder", "NpyDecoder", "member_decoder", "member_field", "member_value"]
 
 
 @dataclass(frozen=True)
@@ -43,12 +44,6 @@ class Columns:
         if not names:
             return iter([{} for _ in range(self.num_rows)])
         return (dict(zip(names, vals)) for vals in zip(*self.values))
-
-
-def member_field(suffix: str) -> str:
-    """The record field a member ``<key>.<suffix>`` holds (the writer's ``.npy``/``.json`` dropped)."""
-    head, dot, last = suffix.rpartition(".")
-    return head if dot and last in ("npy", "json") else suffix
 
 
 _NPY_MAGIC = b"\x93NUMPY"
@@ -143,7 +138,7 @@ class NpyDecoder:
 
 
 def _json_member(arr: np.ndarray, off: int, size: int) -> Any:
-    return orjson.loads(arr[off : off + size].tobytes())
+    return jsoncodec.loads(arr[off : off + size].tobytes())
 
 
 def _text_member(arr: np.ndarray, off: int, size: int) -> Any:
@@ -151,46 +146,32 @@ def _text_member(arr: np.ndarray, off: int, size: int) -> Any:
 
 
 def _int_member(arr: np.ndarray, off: int, size: int) -> Any:
-    text = arr[off : off + size].tobytes().decode()
-    try:
-        return int(text)
-    except ValueError:
-        return text
+    return wdscodec.decode_int(arr[off : off + size].tobytes())
 
 
 def _bytes_member(arr: np.ndarray, off: int, size: int) -> Any:
     return arr[off : off + size].tobytes()
 
 
+_DECODERS: Dict[str, MemberDecoder] = {
+    "json": _json_member,
+    "text": _text_member,
+    "int": _int_member,
+    "bytes": _bytes_member,
+}
+
+
 def member_decoder(suffix: str) -> MemberDecoder:
     """The in-place decoder of members ``<key>.<suffix>`` (same values as :func:`member_value`)."""
-    last = suffix.rsplit(".", 1)[-1]
-    if last == "npy":
-        return NpyDecoder()
-    if last == "json":
-        return _json_member
-    if last in TEXT_EXTS:
-        return _text_member
-    if last in INT_TEXT_EXTS:
-        return _int_member
-    return _bytes_member
+    k = wdscodec.kind(suffix)
+    return NpyDecoder() if k == "npy" else _DECODERS[k]
 
 
 def member_value(suffix: str, data: bytes) -> Any:
-    last = suffix.rsplit(".", 1)[-1]
-    if last == "npy":
+    """A member's value from its bytes, as io/wdscodec.py decodes it (``.npy`` as a tensor)."""
+    if wdscodec.kind(suffix) == "npy":
         return npy_tensor(data)
-    if last == "json":
-        return orjson.loads(data)
-    if last in TEXT_EXTS:
-        return data.decode()
-    if last in INT_TEXT_EXTS:
-        text = data.decode()
-        try:
-            return int(text)
-        except ValueError:
-            return text
-    return data
+    return wdscodec.decode(suffix, data)
 
 
 def project(rec: Dict[str, Any], columns: Optional[Sequence[str]]) -> Dict[str, Any]:

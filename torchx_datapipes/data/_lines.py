@@ -3,12 +3,12 @@
 from typing import Dict, List, Sequence, Tuple
 
 import numpy as np
-import orjson
 
 from torchx_datapipes.data import _files, _formats
 from torchx_datapipes.data._decode import project
 from torchx_datapipes.data._formats import ReadOptions, Record
 from torchx_datapipes.data._parts import Part
+from torchx_datapipes.io.jsoncodec import loads_lines
 
 _LINE_INDEX: Dict[Tuple[str, int], np.ndarray] = {}
 
@@ -53,7 +53,7 @@ class JsonlFormat:
         return _formats.fixed_chunks(part)
 
     def _decode(self, data: bytes, opts: ReadOptions) -> List[Record]:
-        return [project(orjson.loads(line), opts.columns) for line in data.splitlines()]
+        return [project(rec, opts.columns) for rec in loads_lines(data)]
 
     def read_chunk(self, part: Part, chunk: int, opts: ReadOptions) -> List[Record]:
         index = self._index(part, opts)

@@ -154,7 +154,13 @@ def _launch(name: str) -> Tuple[Option, ...]:
         ),
         _Launch("cpu", "int", 2, "number of cpus per replica", check=c.at_least(1)),
         _Launch("gpu", "int", 0, "number of gpus per replica", check=c.at_least(0)),
-        _Launch("memMB", "int", 1024, "cpu memory in MB per replica", check=c.at_least(1)),
+        _Launch(
+            "memMB",
+            "int",
+            0,
+            "cpu memory in MB per replica (node); 0: sized from -j and --num_workers (see docs/cluster.md)",
+            check=c.at_least(0),
+        ),
         _Launch(
             "j",
             "str",

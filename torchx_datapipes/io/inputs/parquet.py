@@ -39,6 +39,18 @@ def open_parquet(path: str) -> Iterator[Any]:
         yield pf
 
 
+def _records(batch: Any) -> List[Any]:
+    """Rows as dicts; our tensor layouts as torch tensors, as ``OutputDataset`` reads them."""
+    import pyarrow as pa
+
+    from torchx_datapipes.io.arrowcodec import column_values, has_tensors
+
+    if not has_tensors(batch.schema):
+        return batch.to_pylist()
+    cols = [column_values(pa.chunked_array([c], type=c.type), f) for c, f in zip(batch.columns, batch.schema)]
+    return [dict(zip(batch.schema.names, row)) for row in zip(*cols)]
+
+
 _COLUMNAR_ROWS = 1 << 16  # rows per record batch for columnar readers (the stats op)
 
 
@@ -60,7 +72,7 @@ class ParquetFormat(InputFormat):
 
     def read(self, reader: "UnitReader") -> Batches:
         for batch, lines in self._batches(reader, reader.batch_size):
-            yield batch.to_pylist(), list(lines)
+            yield _records(batch), list(lines)
 
     def read_arrow(self, reader: "UnitReader") -> ArrowBatches:
         return self._batches(reader, max(reader.batch_size, _COLUMNAR_ROWS))

@@ -1,13 +1,16 @@
 """WebDataset tar shards (``.tar``, ``.tar.gz``, ``.tgz``; ``--format webdataset``): a shard is a unit.
 
-One record per sample, ``{"__key__": key, "<ext>": bytes, ...}``, grouped as the
+One record per sample, ``{"__key__": key, "<field>": value, ...}``, grouped as the
 ``webdataset`` package groups them (``tariterators.base_plus_ext``/``group_by_keys``): the key
 is the member path up to the first dot of its basename, the extension is the rest, lower-cased;
 consecutive members with the same key form one sample; non-regular members and
 ``__meta__``-style names are skipped (symlink and hardlink members are counted as
-``skipped_members`` in the manifest and logged). A member over the record bound
-(``--max_record_mb``) is not extracted: its sample is a bad record. A sample with the same
-extension twice is a bad record.
+``skipped_members`` in the manifest and logged). Members are decoded by the codec our WebDataset
+output and ``OutputDataset`` share (io/wdscodec.py), so a shard of ours reads back as it was
+written: ``.npy`` as a tensor and ``.json`` as its value (the field named without those
+extensions), ``.txt``/``.text`` as str, ``.cls``/``.id``/``.index`` as int, anything else
+(``.jpg``, ``.wav``, ...) as bytes. A sample with the same field twice is a bad record. A member
+over the record bound (``--max_record_mb``) is not extracted: its sample is a bad record.
 The location of a record (``line`` in errors) is the sample's number in the shard, 1-based; its
 member names are the error's ``members`` (and are in the raise message).
 """
@@ -19,6 +22,7 @@ from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
 
 from torchx_datapipes.io.inputs.base import Batches, InputFormat, open_unit_stream, too_large
 from torchx_datapipes.io.streams import CorruptError, TruncatedError
+from torchx_datapipes.io.wdscodec import decode, kind, member_field
 
 if TYPE_CHECKING:
     from torchx_datapipes.io.formats import UnitReader
@@ -91,11 +95,16 @@ class WebDatasetFormat(InputFormat):
                                 yield recs, rows
                                 recs, rows = [], []
                             sample = {"__key__": key}
-                        if ext in sample and bad is None:
-                            bad = f"sample {key!r} has the member {info.name!r} twice (extension {ext!r})"
+                        field = member_field(ext)
+                        if field in sample and bad is None:
+                            bad = f"sample {key!r} has the member {info.name!r} twice (field {field!r})"
                         if over is not None and bad is None:
                             bad = over
-                        sample[ext] = data
+                        if bad is None:
+                            try:
+                                sample[field] = decode(ext, data)
+                            except (ValueError, UnicodeDecodeError) as e:
+                                bad = f"member {info.name!r} cannot be decoded as {kind(ext)}: {e}"
                         members.append(info.name)
                         reader.bytes_done = raw.consumed
                     flush()

@@ -4,7 +4,8 @@
   ints are int64, floats double; ``Decimal`` is decimal128, ``datetime`` timestamp[us], ``date``
   date32, ``bytes`` binary;
 - a column whose values are arrays/tensors of one shape is ``arrow.fixed_shape_tensor`` of their
-  dtype (0-d ones: a plain column of the dtype);
+  dtype (0-d ones: a plain column of the dtype, its field marked ``{"torchx_datapipes.tensor":
+  "0d"}`` so that our readers give 0-d tensors back and other readers see plain numbers);
 - arrays of different shapes are the variable layout ``struct<data: list<T>, shape: list<int32>>``
   (row-major ``data``);
 - a field missing from some records is null there (every record's keys count, not the first's).
@@ -14,14 +15,21 @@
 casts a table to the unified schema.
 """
 
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 import pyarrow as pa
 
-from torchx_datapipes.io.writers.values import as_array, find_value
+from torchx_datapipes.io.values import as_array, find_value
 
 SHAPE_TYPE = pa.list_(pa.int32())
+TENSOR_KEY = b"torchx_datapipes.tensor"
+ZERO_D = {TENSOR_KEY: b"0d"}
+
+
+def is_0d_field(f: pa.Field) -> bool:
+    """A plain column that holds 0-d tensors (read back as tensors by our readers)."""
+    return f.metadata is not None and f.metadata.get(TENSOR_KEY) == b"0d"
 
 
 def variable_tensor_type(value_type: pa.DataType) -> pa.DataType:
@@ -85,9 +93,19 @@ def _variable(arrays: Sequence[Optional[np.ndarray]], dtype: np.dtype, mask: np.
 
 
 def to_column(values: List[Any]) -> pa.Array:
+    return _column(values)[0]
+
+
+def _column(values: List[Any]) -> Tuple[pa.Array, bool]:
+    """The column, and whether it holds 0-d arrays (a plain column that reads back as tensors)."""
     arrays = [None if v is None else as_array(v) for v in values]
     if any(a is not None for a in arrays) and all(a is not None or v is None for a, v in zip(arrays, values)):
-        return _array_column(arrays)
+        col = _array_column(arrays)
+        return col, not is_fixed_tensor(col.type) and not is_variable_tensor(col.type)
+    return _plain_column(values), False
+
+
+def _plain_column(values: List[Any]) -> pa.Array:
     try:
         return pa.array(values)
     except (pa.ArrowInvalid, pa.ArrowTypeError):
@@ -117,13 +135,15 @@ def to_table(recs: Sequence[Any]) -> pa.Table:
     names: Dict[str, None] = {}
     for r in rows:
         names.update(dict.fromkeys(r))
-    cols = []
+    cols, fields = [], []
     for k in names:
         try:
-            cols.append(to_column([r.get(k) for r in rows]))
+            col, zero_d = _column([r.get(k) for r in rows])
         except (pa.ArrowException, TypeError, ValueError, OverflowError) as e:
             raise type(e)(f"field {k}: {e}") from e
-    return pa.Table.from_arrays(cols, names=[str(k) for k in names])
+        cols.append(col)
+        fields.append(pa.field(str(k), col.type, metadata=ZERO_D if zero_d else None))
+    return pa.Table.from_arrays(cols, schema=pa.schema(fields))
 
 
 def merge_types(a: pa.DataType, b: pa.DataType, name: str) -> pa.DataType:
@@ -156,11 +176,25 @@ def merge_types(a: pa.DataType, b: pa.DataType, name: str) -> pa.DataType:
 
 def unify(schemas: Sequence[pa.Schema]) -> pa.Schema:
     """One schema for ``schemas``: every field of any (in order of first appearance), types widened."""
-    types: Dict[str, pa.DataType] = {}
+    fields: Dict[str, pa.Field] = {}
     for s in schemas:
         for f in s:
-            types[f.name] = merge_types(types[f.name], f.type, f.name) if f.name in types else f.type
-    return pa.schema([(n, t) for n, t in types.items()])
+            fields[f.name] = _merge_fields(fields[f.name], f) if f.name in fields else f
+    return pa.schema(list(fields.values()))
+
+
+def _merge_fields(a: pa.Field, b: pa.Field) -> pa.Field:
+    t = merge_types(a.type, b.type, a.name)
+    if pa.types.is_null(a.type) or pa.types.is_null(b.type):
+        zero_d = is_0d_field(a) or is_0d_field(b)
+    elif is_0d_field(a) != is_0d_field(b):
+        raise TypeError(
+            f"field {a.name}: a 0-d tensor in some records, a plain {b.type if is_0d_field(a) else a.type}"
+            " in others; return one kind per field"
+        )
+    else:
+        zero_d = is_0d_field(a)
+    return pa.field(a.name, t, metadata=ZERO_D if zero_d else None)
 
 
 def _to_variable(col: pa.ChunkedArray, target: pa.DataType) -> pa.Array:

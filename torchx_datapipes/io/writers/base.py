@@ -93,7 +93,3 @@ class BasePart:
                     self.fs.rm(self.tmp)
             except OSError:
                 pass
-
-
-def field_path(path: str, key: Any) -> str:
-    return f"{path}.{key}" if path else str(key)

@@ -37,7 +37,35 @@ def _why(rec: Any, e: BaseException) -> str:
             f"field {field}: integer beyond 64 bits; Parquet stores at most 64-bit integers."
             " Write --output_format jsonl (exact) or convert the field to str in your function"
         )
+    if str(e).startswith("field "):
+        return str(e)
     return f"output record cannot be written as Parquet: {type(e).__name__}: {e}"
+
+
+def _empty_struct(t: Any, path: str) -> Optional[str]:
+    """The path of an empty struct (from ``{}``) in type ``t``: Parquet cannot store one."""
+    pa = _pa()
+    if pa.types.is_struct(t):
+        if t.num_fields == 0:
+            return path
+        for f in t:
+            found = _empty_struct(f.type, f"{path}.{f.name}")
+            if found:
+                return found
+    elif pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t):
+        return _empty_struct(t.value_type, f"{path}[]")
+    return None
+
+
+def check_writable(schema: Any) -> None:
+    """Refuse (TypeError naming the field) what a Parquet file cannot hold though Arrow can."""
+    for f in schema:
+        found = _empty_struct(f.type, f.name)
+        if found:
+            raise TypeError(
+                f"field {found}: an empty dict cannot be written as Parquet (a struct needs a field);"
+                " return None or a dict with fields, or write --output_format jsonl or webdataset"
+            )
 
 
 class ParquetPart(BasePart):
@@ -77,6 +105,7 @@ class ParquetPart(BasePart):
         errors = convert_errors()
         try:
             table = to_table(recs)
+            check_writable(table.schema)
             self._add(table, table.schema if self._schema is None else unify([self._schema, table.schema]))
             return []
         except errors:
@@ -85,6 +114,7 @@ class ParquetPart(BasePart):
         for i, r in enumerate(recs):  # find the bad records one by one
             try:
                 table = to_table([r])
+                check_writable(table.schema)
             except errors as e:
                 bad.append((i, _why(r, e)))
                 continue

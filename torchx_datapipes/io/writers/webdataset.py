@@ -1,13 +1,8 @@
 """WebDataset output: one tar shard per part, members ``<key>.<field>[.<ext>]`` (WebDataset naming).
 
-- ``bytes`` values: written as they are, ``<key>.<field>`` (name the field by its extension:
-  ``{"png": b"..."}`` gives ``<key>.png``);
-- arrays and tensors: ``.npy`` (``<key>.<field>.npy``, or ``<key>.<field>`` when the field already
-  ends in ``npy``); any dtype numpy has, shape and stride kept;
-- str/int in a field named by a text convention (``txt``, ``text``, ``cls``, ``cls2``, ``index``,
-  ``id``, or ending in one of those after a dot): the value as UTF-8 text;
-- anything else: JSON (``<key>.<field>.json``, or ``<key>.<field>`` when it already ends in json),
-  as the JSON Lines writer encodes it.
+Fields become members by the one codec readers share (io/wdscodec.py): bytes as they are, arrays
+and tensors as ``.npy``, str in ``txt``/``text`` fields and ints in ``cls``/``id``/... fields as
+text, anything else as ``.json``; each reads back with its value and type.
 
 The key is the record's ``__key__`` if it has one, else ``<part>_<record index>`` (a key must not
 contain a dot or a slash: WebDataset splits member names at the first dot). Members are written
@@ -18,21 +13,14 @@ At commit the part's offset index (every member's suffix, data offset and size, 
 with the part in the unit's ``files``: readers use it instead of scanning the tar's headers.
 """
 
-import io
 from typing import Any, List, Optional, Tuple
-
-import numpy as np
 
 from torchx_datapipes.io.checksum import FileSum, sum_bytes, write_file
 from torchx_datapipes.io.layout import tar_index_file
 from torchx_datapipes.io.tarindex import IndexBuilder
+from torchx_datapipes.io.wdscodec import member
 from torchx_datapipes.io.writers.base import BasePart, Failures
-from torchx_datapipes.io.writers.jsonl import dumps
 from torchx_datapipes.io.writers.tarstream import TarStream
-from torchx_datapipes.io.writers.values import as_array
-
-TEXT_EXTS = {"txt", "text", "cls", "cls2", "index", "inx", "id"}
-_BYTES = (bytes, bytearray, memoryview)
 
 
 def _members(key: str, rec: Any) -> List[Tuple[str, bytes]]:
@@ -47,27 +35,11 @@ def _members(key: str, rec: Any) -> List[Tuple[str, bytes]]:
             raise ValueError(f"field {f!r}: a WebDataset member name cannot be empty or contain '/'")
         if v is None:
             continue
-        last = f.rsplit(".", 1)[-1]
         try:
-            out.append(_member(key, f, last, v))
+            out.append(member(key, f, v))
         except (TypeError, ValueError) as e:
             raise type(e)(f"field {f}: {e}") from e
     return out
-
-
-def _member(key: str, f: str, last: str, v: Any) -> Tuple[str, bytes]:
-    if isinstance(v, _BYTES):
-        return f"{key}.{f}", bytes(v)
-    arr = as_array(v)
-    if arr is not None:
-        if arr.dtype.hasobject:
-            raise TypeError(f"an array of dtype {arr.dtype} cannot be written as .npy without pickle")
-        buf = io.BytesIO()
-        np.lib.format.write_array(buf, arr, allow_pickle=False)
-        return (f"{key}.{f}" if last == "npy" else f"{key}.{f}.npy"), buf.getvalue()
-    if last in TEXT_EXTS and isinstance(v, (str, int, np.integer)) and not isinstance(v, bool):
-        return f"{key}.{f}", str(v).encode()
-    return (f"{key}.{f}" if last == "json" else f"{key}.{f}.json"), dumps(v)
 
 
 class WebDatasetPart(BasePart):

@@ -5,7 +5,9 @@ from typing import Any, Callable, Optional
 
 import numpy as np
 
-from torchx_datapipes.io.writers.base import field_path
+
+def field_path(path: str, key: Any) -> str:
+    return f"{path}.{key}" if path else str(key)
 
 
 def is_tensor(v: Any) -> bool:
