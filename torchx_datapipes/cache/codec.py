@@ -190,8 +190,10 @@ class TensorCodec:
                 return self._decode_old(data, trust)
             magic, kind, flags, _, nbuf, doc_len = _HEAD.unpack_from(data, 0)
             if magic != MAGIC:
-                if trust.mode == "pickle" and bytes(data[:1]) == b"\x80":
-                    return pickle.loads(data)  # a bare pickle (PickleCodec before trust)
+                if bytes(data[:1]) == b"\x80":  # a bare pickle (PickleCodec before trust, or planted)
+                    if trust.mode != "pickle":
+                        raise _untrusted(trust, "a bare pickle")
+                    return pickle.loads(data)
                 raise CodecError(f"not written by this codec (magic {bytes(magic)!r})")
             lens = struct.unpack_from(f"<{nbuf}Q", data, _HEAD.size)
             start = _HEAD.size + 8 * nbuf

@@ -98,7 +98,7 @@ class _Encoder:
             raise Unsafe(_type_name(type(v)))
         if v.dtype.hasobject or v.dtype.fields is not None or v.dtype.subdtype is not None:
             raise Unsafe(f"numpy array of dtype {v.dtype}")
-        data = np.ascontiguousarray(v)
+        data = v if v.flags.c_contiguous else np.ascontiguousarray(v)  # (ascontiguousarray makes 0-d 1-d)
         raw = data.reshape(-1).view(np.uint8) if data.size else b""
         return self.tag(kind, buf=self.buf(raw), dtype=data.dtype.str, shape=list(data.shape))
 
