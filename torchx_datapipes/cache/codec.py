@@ -20,6 +20,7 @@ from the first. Decoding returns writable tensors/arrays that own their memory, 
 the cache.
 """
 
+import hmac
 import pickle
 import struct
 from typing import Any, Callable, Dict, List, Optional, Protocol, Tuple, runtime_checkable
@@ -184,44 +185,47 @@ class TensorCodec:
         return _frame(SIGNED if trust.mode == "hmac" else PICKLED, 0, doc, raws, trust)
 
     def decode(self, data: bytes) -> Any:
-        trust = self.trust or _NO_TRUST
         try:
-            if bytes(data[:4]) == OLD_MAGIC:
-                return self._decode_old(data, trust)
-            magic, kind, flags, _, nbuf, doc_len = _HEAD.unpack_from(data, 0)
-            if magic != MAGIC:
-                if bytes(data[:1]) == b"\x80":  # a bare pickle (PickleCodec before trust, or planted)
-                    if trust.mode != "pickle":
-                        raise _untrusted(trust, "a bare pickle")
-                    return pickle.loads(data)
-                raise CodecError(f"not written by this codec (magic {bytes(magic)!r})")
-            lens = struct.unpack_from(f"<{nbuf}Q", data, _HEAD.size)
-            start = _HEAD.size + 8 * nbuf
-            if kind == SAFE:
-                doc, bufs = _split(data, start, doc_len, lens)
+            if data[:4] == MAGIC and data[4:5] == b"\x00":  # SAFE: the hot path, no pickle in it
+                _, _, flags, _, nbuf, doc_len = _HEAD.unpack_from(data, 0)
+                lens = struct.unpack_from(f"<{nbuf}Q", data, _HEAD.size) if nbuf else ()
+                doc, bufs = _split(data, _HEAD.size + 8 * nbuf, doc_len, lens)
                 return safe.decode(doc, bufs, bool(flags & _TAGGED))
-            if kind not in (PICKLED, SIGNED):
-                raise CodecError(f"unknown kind {kind}")
-            if kind == PICKLED and trust.mode != "pickle":
-                raise _untrusted(trust, "an unsigned pickle")
-            if kind == SIGNED:
-                if trust.mode == "none":
-                    raise _untrusted(trust, "a signed pickle")
-                mac = bytes(data[start : start + MAC_BYTES])
-                start += MAC_BYTES
-                view = memoryview(data)
-                import hmac
-
-                if trust.mode == "hmac" and not hmac.compare_digest(
-                    mac, trust.mac([view[: start - MAC_BYTES], view[start:]])
-                ):
-                    raise _untrusted(trust, "a pickle whose HMAC does not match this cache's key")
-            doc, bufs = _split(data, start, doc_len, lens)
-            return pickle.loads(doc, buffers=bufs)
+            return self._decode_pickle(data, self.trust or _NO_TRUST)
         except CodecError:
             raise
         except Exception as e:
             raise CodecError(f"{type(e).__name__}: {e}") from e
+
+    def _decode_pickle(self, data: bytes, trust: Trust) -> Any:
+        """A frame that is not SAFE: a pickle, loaded only if ``trust`` covers it."""
+        if bytes(data[:4]) == OLD_MAGIC:
+            return self._decode_old(data, trust)
+        if bytes(data[:1]) == b"\x80":  # a bare pickle (PickleCodec before trust, or planted)
+            if trust.mode != "pickle":
+                raise _untrusted(trust, "a bare pickle")
+            return pickle.loads(data)
+        magic, kind, flags, _, nbuf, doc_len = _HEAD.unpack_from(data, 0)
+        if magic != MAGIC:
+            raise CodecError(f"not written by this codec (magic {bytes(magic)!r})")
+        if kind not in (PICKLED, SIGNED):
+            raise CodecError(f"unknown kind {kind}")
+        if kind == PICKLED and trust.mode != "pickle":
+            raise _untrusted(trust, "an unsigned pickle")
+        lens = struct.unpack_from(f"<{nbuf}Q", data, _HEAD.size)
+        start = _HEAD.size + 8 * nbuf
+        if kind == SIGNED:
+            if trust.mode == "none":
+                raise _untrusted(trust, "a signed pickle")
+            mac = bytes(data[start : start + MAC_BYTES])
+            start += MAC_BYTES
+            view = memoryview(data)
+            if trust.mode == "hmac" and not hmac.compare_digest(
+                mac, trust.mac([view[: start - MAC_BYTES], view[start:]])
+            ):
+                raise _untrusted(trust, "a pickle whose HMAC does not match this cache's key")
+        doc, bufs = _split(data, start, doc_len, lens)
+        return pickle.loads(doc, buffers=bufs)
 
     @staticmethod
     def _decode_old(data: bytes, trust: Trust) -> Any:

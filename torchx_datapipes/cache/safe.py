@@ -16,7 +16,7 @@ the codec then pickles it, if the cache's trust allows pickles.
 """
 
 import math
-from typing import Any, List, Tuple
+from typing import Any, Dict, List, Tuple
 
 import orjson
 
@@ -114,6 +114,22 @@ def encode(value: Any) -> Tuple[bytes, List[Any], bool]:
     return doc, e.buffers, e.tagged
 
 
+_TORCH_DTYPES: Dict[str, Any] = {}
+
+
+def _torch_dtype(name: Any) -> Any:
+    """The torch dtype called ``name`` (and nothing else torch has under that name)."""
+    dtype = _TORCH_DTYPES.get(name) if type(name) is str else None
+    if dtype is None:
+        import torch
+
+        dtype = getattr(torch, name, None) if type(name) is str else None
+        if not isinstance(dtype, torch.dtype):
+            raise ValueError(f"not a torch dtype: {name!r}")
+        _TORCH_DTYPES[name] = dtype
+    return dtype
+
+
 class _Decoder:
     def __init__(self, buffers: List[memoryview]) -> None:
         self.buffers = buffers
@@ -134,7 +150,7 @@ class _Decoder:
         if kind is None:
             return {k: self.dec(x) for k, x in v.items()}
         if kind == "tuple":
-            return tuple(self.dec(x) for x in v["items"])
+            return tuple([self.dec(x) for x in v["items"]])
         if kind == "map":
             return {self.dec(k): self.dec(x) for k, x in v["items"]}
         if kind == "bytes":
@@ -164,9 +180,7 @@ class _Decoder:
     def tensor(self, node: Any) -> Any:
         import torch
 
-        dtype = getattr(torch, str(node["dtype"]), None)
-        if not isinstance(dtype, torch.dtype):
-            raise ValueError(f"not a torch dtype: {node['dtype']!r}")
+        dtype = _torch_dtype(node["dtype"])
         raw = self.buf(node)
         shape = self.shape(node, raw, dtype.itemsize)
         if raw.nbytes == 0:
