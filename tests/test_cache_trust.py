@@ -331,3 +331,19 @@ def test_shared_servers_keep_their_trust_and_hmac_narrows_it(
             open_cache(f"{url}?pickle=true&hmac_key_env=TDP_TEST_KEY")
     finally:
         server.clear()
+
+
+def test_symlinks_to_the_database_are_checked_through(tmp_path: Path) -> None:
+    theirs = tmp_path / "theirs"
+    theirs.mkdir()
+    (theirs / "real.db").write_bytes(b"")
+    os.chown(theirs, NOBODY, NOBODY)
+    mine = tmp_path / "mine"
+    mine.mkdir(mode=0o700)
+    (mine / "cache.db").symlink_to(theirs / "real.db")  # our own link, into a directory of another user
+    with pytest.raises(CacheTrustError, match=r"theirs'.*owned by another user"):
+        open_cache(f"sqlite://{mine}/cache.db")
+    (mine / "ok.db").symlink_to(mine / "target.db")
+    (mine / "target.db").write_bytes(b"")
+    c = open_cache(f"sqlite://{mine}/ok.db")
+    assert c.set("k", 1) and c.get("k") == 1

@@ -112,9 +112,14 @@ def check_file(path: str, what: str, secret: bool = False) -> Optional[os.stat_r
     except FileNotFoundError:
         return None
     if stat.S_ISLNK(st.st_mode):
-        raise _refuse(
-            what, path, st, "is a symlink", f"remove it (rm {path!r}) and let the cache create the file"
-        )
+        if not _trusted_owner(st.st_uid):
+            raise _refuse(what, path, st, "is a symlink owned by another user", f"remove it (rm {path!r})")
+        # our own link: the file it points to (and its directories) must pass the checks
+        real = os.path.realpath(path)
+        if not os.path.exists(real):
+            raise _refuse(what, path, st, "is a dangling symlink", f"remove it (rm {path!r})")
+        check_dirs(os.path.dirname(real), what)
+        st = os.stat(real)
     bad = (stat.S_IRWXG | stat.S_IRWXO) if secret else _OTHERS_WRITE
     if st.st_uid != os.getuid():
         raise _refuse(
