@@ -33,8 +33,11 @@ OLD_MAGIC = b"TDC1"  # before trust: a bare pickle with out-of-band buffers
 ALIGN = 64  # out-of-band buffers start at multiples of 64 bytes: decoded tensors are aligned
 _HEAD = struct.Struct("<4sBBHIQ")  # magic, kind, flags, 0, number of out-of-band buffers, document length
 _OLD_HEAD = struct.Struct("<4sIQ")
+_U64 = struct.Struct("<Q")
 SAFE, PICKLED, SIGNED = 0, 1, 2  # kinds: JSON + buffers / a pickle / a pickle with an HMAC
 _TAGGED = 1  # flag: the JSON document has tagged nodes to rebuild
+_BYTES = 2  # flag: the value is one ``bytes`` object, the only buffer (no document)
+_ARRAYS = 4  # flag: tensors/arrays among the buffers: copied once into an aligned block to decode
 _NO_TRUST = Trust("none")
 _PICKLE_HELP = (
     "give the cache a trust for pickles: ?pickle=true (unpickle whatever the store holds: only if"
@@ -132,8 +135,11 @@ def _pickle(value: Any) -> Tuple[Any, List[Any]]:
     return stream.getbuffer(), [b.raw() for b in buffers]
 
 
-def _split(data: Any, start: int, doc_len: int, lens: Tuple[int, ...]) -> Tuple[memoryview, List[memoryview]]:
-    """The document and the buffers (copied once into a fresh, aligned, writable block)."""
+def _split(
+    data: Any, start: int, doc_len: int, lens: Tuple[int, ...], aligned: bool = True
+) -> Tuple[memoryview, List[memoryview]]:
+    """The document and the buffers: views of ``data``, or (``aligned``) of one fresh, aligned,
+    writable copy, so that decoded tensors and arrays own their memory."""
     view = memoryview(data)
     offsets, off = [], 0
     for n in lens:
@@ -144,8 +150,11 @@ def _split(data: Any, start: int, doc_len: int, lens: Tuple[int, ...]) -> Tuple[
         raise CodecError(f"length mismatch: header says {start + doc_len + size}, got {len(view)}")
     if not lens:  # nothing to copy out of band
         return view[start:], []
-    body = _aligned_buffer(size)
-    body[:] = view[start + doc_len :]
+    if aligned:
+        body = _aligned_buffer(size)
+        body[:] = view[start + doc_len :]
+    else:  # bytes only: each is copied by bytes() as it is decoded
+        body = view[start + doc_len :]
     return view[start : start + doc_len], [body[o : o + n] for o, n in zip(offsets, lens)]
 
 
@@ -167,9 +176,11 @@ class TensorCodec:
         self.trust = trust
 
     def encode(self, value: Any) -> bytes:
+        if type(value) is bytes:
+            return _frame(SAFE, _BYTES, b"", [value], None)
         try:
-            doc, raws, tagged = safe.encode(value)
-            return _frame(SAFE, _TAGGED if tagged else 0, doc, raws, None)
+            doc, raws, tagged, arrays = safe.encode(value)
+            return _frame(SAFE, (_TAGGED if tagged else 0) | (_ARRAYS if arrays else 0), doc, raws, None)
         except safe.Unsafe as e:
             what = e.args[0] if e.args else "an unknown type"
         return self._encode_pickle(value, what)
@@ -186,16 +197,31 @@ class TensorCodec:
 
     def decode(self, data: bytes) -> Any:
         try:
-            if data[:4] == MAGIC and data[4:5] == b"\x00":  # SAFE: the hot path, no pickle in it
-                _, _, flags, _, nbuf, doc_len = _HEAD.unpack_from(data, 0)
-                lens = struct.unpack_from(f"<{nbuf}Q", data, _HEAD.size) if nbuf else ()
-                doc, bufs = _split(data, _HEAD.size + 8 * nbuf, doc_len, lens)
-                return safe.decode(doc, bufs, bool(flags & _TAGGED))
+            if len(data) >= _HEAD.size:
+                magic, kind, flags, _, nbuf, doc_len = _HEAD.unpack_from(data, 0)
+                if magic == MAGIC and kind == SAFE:  # the hot path: no pickle in it
+                    return self._decode_safe(data, flags, nbuf, doc_len)
             return self._decode_pickle(data, self.trust or _NO_TRUST)
         except CodecError:
             raise
         except Exception as e:
             raise CodecError(f"{type(e).__name__}: {e}") from e
+
+    @staticmethod
+    def _decode_safe(data: bytes, flags: int, nbuf: int, doc_len: int) -> Any:
+        start = _HEAD.size + 8 * nbuf
+        if flags & _BYTES:
+            size = _U64.unpack_from(data, _HEAD.size)[0] if nbuf == 1 else -1
+            if doc_len or len(data) != start + size:
+                raise CodecError(f"length mismatch: a bytes frame of {len(data)} bytes says {start + size}")
+            return bytes(data[start:])
+        if not nbuf:
+            if len(data) != start + doc_len:
+                raise CodecError(f"length mismatch: header says {start + doc_len}, got {len(data)}")
+            return safe.decode(memoryview(data)[start:], [], bool(flags & _TAGGED))
+        lens = struct.unpack_from(f"<{nbuf}Q", data, _HEAD.size)
+        doc, bufs = _split(data, start, doc_len, lens, bool(flags & _ARRAYS))
+        return safe.decode(doc, bufs, bool(flags & _TAGGED))
 
     def _decode_pickle(self, data: bytes, trust: Trust) -> Any:
         """A frame that is not SAFE: a pickle, loaded only if ``trust`` covers it."""

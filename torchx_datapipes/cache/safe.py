@@ -39,6 +39,7 @@ class _Encoder:
     def __init__(self) -> None:
         self.buffers: List[Any] = []
         self.tagged = False
+        self.arrays = False  # tensors or arrays among the buffers (they are decoded aligned)
 
     def buf(self, raw: Any) -> int:
         self.buffers.append(raw)
@@ -85,6 +86,7 @@ class _Encoder:
         data = t.detach().cpu().resolve_conj().resolve_neg().contiguous()
         raw = data.reshape(-1).view(torch.uint8).numpy() if data.numel() else b""
         dtype = str(data.dtype).removeprefix("torch.")
+        self.arrays = True
         return self.tag("tensor", buf=self.buf(raw), dtype=dtype, shape=list(data.shape))
 
     def numpy(self, v: Any) -> Any:
@@ -100,18 +102,19 @@ class _Encoder:
             raise Unsafe(f"numpy array of dtype {v.dtype}")
         data = v if v.flags.c_contiguous else np.ascontiguousarray(v)  # (ascontiguousarray makes 0-d 1-d)
         raw = data.reshape(-1).view(np.uint8) if data.size else b""
+        self.arrays = True
         return self.tag(kind, buf=self.buf(raw), dtype=data.dtype.str, shape=list(data.shape))
 
 
-def encode(value: Any) -> Tuple[bytes, List[Any], bool]:
-    """(JSON bytes, raw buffers, tagged) of ``value``; raises :class:`Unsafe`."""
+def encode(value: Any) -> Tuple[bytes, List[Any], bool, bool]:
+    """(JSON bytes, raw buffers, tagged, arrays) of ``value``; raises :class:`Unsafe`."""
     e = _Encoder()
     tree = e.enc(value, 0)
     try:
         doc = orjson.dumps(tree)
     except (TypeError, orjson.JSONEncodeError) as err:  # e.g. a str with lone surrogates
         raise Unsafe(f"a value orjson cannot write ({err})") from err
-    return doc, e.buffers, e.tagged
+    return doc, e.buffers, e.tagged, e.arrays
 
 
 _TORCH_DTYPES: Dict[str, Any] = {}
