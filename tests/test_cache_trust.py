@@ -347,3 +347,25 @@ def test_symlinks_to_the_database_are_checked_through(tmp_path: Path) -> None:
     (mine / "target.db").write_bytes(b"")
     c = open_cache(f"sqlite://{mine}/ok.db")
     assert c.set("k", 1) and c.get("k") == 1
+
+
+def test_trust_options_and_older_values(tmp_path: Path) -> None:
+    old_mask = os.umask(0)  # new directories are still 0700 each
+    try:
+        c = open_cache(f"sqlite://{tmp_path}/a/b/c/cache.db?codec=pickle")
+    finally:
+        os.umask(old_mask)
+    for d in ("a", "a/b", "a/b/c"):
+        assert stat.S_IMODE((tmp_path / d).stat().st_mode) == 0o700, d
+    assert c.set("k", {"v": 1}) and c.get("k") == {"v": 1}  # codec=pickle: signed with the key file too
+    with pytest.raises(ValueError, match=r"hmac_key_file=.*does not exist.*chmod 600"):
+        open_cache("memory://", hmac_key_file=str(tmp_path / "missing.key"))
+    with pytest.raises(ValueError, match="at least 16 bytes"):
+        open_cache("memory://", hmac_key=b"short")
+    with pytest.raises(ValueError, match="TDP_NO_SUCH_KEY is not set"):
+        open_cache("memory://?hmac_key_env=TDP_NO_SUCH_KEY")
+    # a value written before the trust model (frame TDC1) still loads where pickles are trusted
+    bare = pickle.dumps({"v": datetime.date(2020, 1, 2)}, protocol=5)
+    old = OLD_MAGIC + (0).to_bytes(4, "little") + len(bare).to_bytes(8, "little") + bare
+    assert TensorCodec(Trust("pickle")).decode(old) == {"v": datetime.date(2020, 1, 2)}
+    assert TensorCodec(Trust("pickle")).decode(pickle.dumps(7)) == 7  # and PickleCodec's bare pickles

@@ -132,8 +132,18 @@ def check_file(path: str, what: str, secret: bool = False) -> Optional[os.stat_r
 
 
 def make_dirs(directory: str) -> None:
-    """Create the missing directories of ``directory`` with mode 0700."""
-    os.makedirs(directory, mode=0o700, exist_ok=True)
+    """Create the missing directories of ``directory``, each with mode 0700 (whatever the umask)."""
+    missing = []
+    d = os.path.abspath(directory)
+    while not os.path.isdir(d) and os.path.dirname(d) != d:
+        missing.append(d)
+        d = os.path.dirname(d)
+    for d in reversed(missing):
+        try:
+            os.mkdir(d, 0o700)
+        except FileExistsError:  # another process made it first: check_dirs judges it
+            continue
+        os.chmod(d, 0o700)  # a umask may have taken our own bits away
 
 
 def create_private(path: str, content: bytes = b"") -> bool:
