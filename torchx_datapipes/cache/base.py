@@ -45,15 +45,7 @@ from typing import (
 )
 
 from torchx_datapipes.cache.breaker import CircuitBreaker
-from torchx_datapipes.cache.codec import (
-    Codec,
-    CodecError,
-    PickleCodec,
-    TensorCodec,
-    UnsafeValueError,
-    UntrustedValueError,
-    codec_named,
-)
+from torchx_datapipes.cache.codec import Codec, CodecError, UnsafeValueError, UntrustedValueError, codec_for
 from torchx_datapipes.cache.errors import CacheBackendError, CacheValueError
 from torchx_datapipes.cache.keys import check_name, raise_equal_keys, stored_key, stored_keys
 from torchx_datapipes.cache.stats import CacheStats
@@ -123,14 +115,7 @@ class Cache(abc.ABC):
         self.ttl, self.strict, self.timeout = ttl, bool(strict), float(timeout)
         self.failures, self.cooldown = int(failures), float(cooldown)
         self.trust = Trust.resolve(pickle, hmac_key, hmac_key_file, hmac_key_env, self._default_trust())
-        if isinstance(codec, str):
-            self.codec: Codec = codec_named(codec, self.trust)
-        elif isinstance(codec, TensorCodec) and codec.trust is None:  # a bare TensorCodec / PickleCodec
-            self.codec = type(codec)(self.trust)
-        else:
-            self.codec = codec
-        if self.trust.mode == "hmac" and isinstance(self.codec, (TensorCodec, PickleCodec)):
-            self.trust.key()  # a missing or unsafe key file fails here, not as a miss per value
+        self.codec: Codec = codec_for(codec, self.trust)
         self.max_value_bytes = (
             max_value_bytes if max_value_bytes is not None else self.default_max_value_bytes
         )

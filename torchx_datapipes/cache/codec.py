@@ -23,7 +23,7 @@ the cache.
 import hmac
 import pickle
 import struct
-from typing import Any, Callable, Dict, List, Optional, Protocol, Tuple, runtime_checkable
+from typing import Any, Callable, Dict, List, Optional, Protocol, Tuple, Union, runtime_checkable
 
 from torchx_datapipes.cache import safe
 from torchx_datapipes.cache.trust import MAC_BYTES, Trust
@@ -283,6 +283,17 @@ class BytesCodec:
 
 
 CODECS: Dict[str, Callable[[], Codec]] = {"tensor": TensorCodec, "pickle": PickleCodec, "bytes": BytesCodec}
+
+
+def codec_for(codec: Union[str, Codec], trust: Trust) -> Codec:
+    """A cache's codec: by name, or an object (a bare TensorCodec/PickleCodec gets the cache's trust)."""
+    if isinstance(codec, str):
+        codec = codec_named(codec, trust)
+    elif isinstance(codec, TensorCodec) and codec.trust is None:
+        codec = type(codec)(trust)
+    if trust.mode == "hmac" and isinstance(codec, TensorCodec):
+        trust.key()  # a missing or unsafe key file fails when the cache opens, not as a miss per value
+    return codec
 
 
 def codec_named(name: str, trust: Optional[Trust] = None) -> Codec:
