@@ -369,3 +369,13 @@ def test_trust_options_and_older_values(tmp_path: Path) -> None:
     old = OLD_MAGIC + (0).to_bytes(4, "little") + len(bare).to_bytes(8, "little") + bare
     assert TensorCodec(Trust("pickle")).decode(old) == {"v": datetime.date(2020, 1, 2)}
     assert TensorCodec(Trust("pickle")).decode(pickle.dumps(7)) == 7  # and PickleCodec's bare pickles
+
+
+def test_a_key_from_a_file_is_never_pickled_with_the_cache(tmp_path: Path) -> None:
+    c = open_cache(f"sqlite://{tmp_path}/c.db")
+    c.set("d", datetime.date(2020, 1, 2))
+    key = Path(f"{tmp_path}/c.db.key").read_bytes().strip()
+    data = pickle.dumps(c)
+    assert key not in data
+    c2 = pickle.loads(data)  # as a spawned DataLoader worker gets it: reads the key file again
+    assert c2.get("d") == datetime.date(2020, 1, 2)
