@@ -206,7 +206,7 @@ def test_sqlite_default_is_private_and_signs_what_it_pickles(tmp_path: Path) -> 
 def test_the_default_url_is_a_private_per_user_file() -> None:
     path = default_sqlite_path()
     assert path.endswith(f"/tdp-{os.getuid()}/cache.db")
-    existed = os.path.exists(path)
+    existed, dir_existed = os.path.exists(path), os.path.isdir(os.path.dirname(path))
     ns = "t-" + uuid.uuid4().hex[:12]
     c = open_cache(f"sqlite://?namespace={ns}")
     try:
@@ -220,6 +220,8 @@ def test_the_default_url_is_a_private_per_user_file() -> None:
         if not existed:
             for suffix in ("", ".key", "-wal", "-shm"):
                 Path(path + suffix).unlink(missing_ok=True)
+        if not dir_existed:
+            os.rmdir(os.path.dirname(path))
 
 
 def test_pickle_false_stores_safe_values_only_and_names_the_option(
