@@ -250,8 +250,10 @@ TRANSFORM = OpSpec(
             None,
             "memoize the function per record in a shared cache, keyed by (function sha256, record),"
             " so a rerun on"
-            " the same data computes nothing: redis://host:6379/0, memcached://host:11211, sqlite:///dev/shm/tdp.db"
-            " (one machine) or memory:// (per process); options as a query, e.g. ?namespace=clean&ttl=86400."
+            " the same data computes nothing: redis://host:6379/0, memcached://host:11211, sqlite://"
+            " (one machine: a private per-user /dev/shm/tdp-<uid>/cache.db) or memory:// (per process);"
+            " options as a query, e.g. ?namespace=clean&ttl=86400. Pickled results load only under the"
+            " cache's trust (?pickle=true, ?hmac_key_file=PATH; docs/cache.md)."
             " Passwords never go on the command line: use ?password_env=NAME (see docs/cache.md)."
             " The manifest"
             " reports hits and misses",
