@@ -8,6 +8,7 @@ result.manifest["records_out"]
 """
 
 import os
+import re
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Optional, Union
 
@@ -154,6 +155,29 @@ def _error_text(structured: str) -> str:
         return structured
 
 
+_RANK_ERROR = re.compile(r"^(?P<prefix>.*?)torchx_datapipes: rank \d+ failed: ")
+_TORCH_LOG = re.compile(r"^([WEI]\d{4} |Traceback |\[\d+\]:\[rank)")
+
+
+def rank_error(lines: List[str]) -> str:
+    """The first error a rank printed with ``runner.main.print_error`` (its tee prefix removed), or ''."""
+    for i, line in enumerate(lines):
+        m = _RANK_ERROR.match(line)
+        if m is None:
+            continue
+        prefix = m.group("prefix")
+        block = [line[len(prefix) :].rstrip("\n")]
+        for nxt in lines[i + 1 : i + 200]:
+            if (prefix and not nxt.startswith(prefix)) or (not prefix and _TORCH_LOG.match(nxt)):
+                break
+            rest = nxt[len(prefix) :].rstrip("\n")
+            if prefix and _TORCH_LOG.match(rest):
+                break
+            block.append(rest)
+        return "\n".join(block).rstrip()
+    return ""
+
+
 def _failure_message(runner: Any, handle: str, state: str, status: Any, log_dir: Optional[str]) -> str:
     msg = f"job {handle} ended {state}"
     if status is not None and getattr(status, "msg", "") not in ("", "<NONE>"):
@@ -167,14 +191,19 @@ def _failure_message(runner: Any, handle: str, state: str, status: Any, log_dir:
             err = _error_text(str(getattr(rep, "structured_error_msg", "") or ""))
             if err and err not in errors:
                 errors.append(err)
-    if errors:
-        msg += "\n" + "\n".join(errors[:2])
     try:
         role = runner.describe(handle).roles[0].name
-        lines = list(runner.log_lines(handle, role, k=0, streams=None))[-30:]
-        msg += "\n--- last log lines ---\n" + "".join(lines)
+        lines = list(runner.log_lines(handle, role, k=0, streams=None))
     except Exception:  # logs are a courtesy; the state above is the truth
-        pass
+        lines = []
+    ours = rank_error(lines)
+    if ours:  # our own error, printed once by the rank (its one-line summary is in ``errors``)
+        msg += "\n" + ours
+    else:
+        if errors:
+            msg += "\n" + "\n".join(errors[:2])
+        if lines:
+            msg += "\n--- last log lines ---\n" + "".join(lines[-30:])
     if log_dir:
         msg += f"\nlogs: {log_dir}"
     return msg

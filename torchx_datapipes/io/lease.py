@@ -148,8 +148,8 @@ class Lease:
         if self.lost or current is None or current.token != self.holder.token:
             who = current.describe() if current is not None else "nobody (the lease file is gone)"
             raise LeaseLostError(
-                f"the output lease {self.url} is now held by {who}: this job was presumed dead (no"
-                f" heartbeat for {stale_s():.0f}s) and must not commit. Rerun when the other job is done"
+                f"lease lost: the output lease {self.url} is now held by {who}: this job was presumed dead"
+                f" (no heartbeat for {stale_s():.0f}s) and must not commit. Rerun when the other job is done"
             )
 
     def start_heartbeat(self) -> None:
@@ -237,3 +237,29 @@ def _alive(pid: int) -> bool:
     except (OSError, IndexError):
         return True  # no /proc: trust kill(0)
     return state not in (b"Z", b"X")
+
+
+def lease_lost(output: str, lease: Optional[Lease]) -> Optional[str]:
+    """Why this job no longer owns ``output`` (naming the job that does), or None if it still may.
+
+    Rank 0 passes its lease (its token decides); another rank passes None and compares job ids,
+    and call this only once the plan arrived (so rank 0 held the lease then).
+    """
+    try:
+        current = read_holder(output)
+    except OSError:
+        return None
+    if lease is not None:
+        if current is not None and current.token == lease.holder.token and lease.lost is None:
+            return None
+    elif current is None or current.job_id == job_id():
+        return None
+    if current is not None:
+        who = current.describe()
+    else:
+        who = "nobody now: the job that took it over has released it"
+    return (
+        f"lease lost: the output lease of {output} is now held by {who}. This job was presumed dead"
+        f" (no heartbeat for {stale_s():.0f}s: frozen, e.g. by SIGSTOP, or cut off from the storage) and"
+        f" another job took the output over. Rerun once that job is done, or choose another --output"
+    )

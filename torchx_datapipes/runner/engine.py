@@ -26,7 +26,8 @@ from torchx_datapipes.io.checksum import verify
 from torchx_datapipes.io.formats import UnitReader
 from torchx_datapipes.io.fs import check_disjoint, expand_input_files, join
 from torchx_datapipes.io.layout import ERRORS_DIR
-from torchx_datapipes.io.lease import Lease, run_identity
+from torchx_datapipes.io.lease import Lease, LeaseLostError, lease_lost, run_identity
+from torchx_datapipes.io.ownership import mark_output, refuse_foreign
 from torchx_datapipes.io.units import Unit, plan_units
 from torchx_datapipes.runner.background import Background
 from torchx_datapipes.runner.badrecords import ErrorSink, OnError
@@ -148,6 +149,16 @@ class Engine:
                 manifest = None
             else:
                 manifest = self.commit()
+        except LeaseLostError:
+            raise
+        except Exception as e:
+            owned = self.lease is not None or (d.rank != 0 and bool(self.fingerprint))  # after the plan
+            lost = lease_lost(self.cfg.output, self.lease) if owned else None
+            if lost is not None:  # another job took the output over: that, not the symptom, is the error
+                raise LeaseLostError(
+                    f"{lost}. This job stopped without committing ({type(e).__name__}: {e})"
+                ) from e
+            raise
         finally:
             if self.lease is not None:
                 self.lease.release()
@@ -196,9 +207,13 @@ class Engine:
         c = self.cfg
         inputs, units = self.early.result() if self.early is not None else self._list_and_plan()
         check_disjoint(inputs, c.output, c.inputs)
+        refuse_foreign(
+            c.output, c.overwrite
+        )  # before anything is written there, or through its reserved names
         self.lease = Lease.acquire(c.output)
         if c.overwrite and self.dist.first_round and not self.lease.retaken:  # not after a restart/new round
             mf.clear_output(c.output)
+        mark_output(c.output, self.lease.holder.job_id)  # before any part: a relaunch knows they are ours
         self.lease.start_heartbeat()
         return orjson.dumps({"inputs": inputs, "units": [u.to_json() for u in units]})
 
