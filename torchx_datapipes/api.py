@@ -18,7 +18,7 @@ from torchx_datapipes import artifact, components
 from torchx_datapipes.appdef import META_OP, META_OUTPUT, default_store, for_scheduler
 from torchx_datapipes.cluster import check_scheduler
 from torchx_datapipes.errors import DatapipesError
-from torchx_datapipes.io.fs import join, read_bytes
+from torchx_datapipes.io.fs import join, join_patterns, read_bytes
 from torchx_datapipes.io.manifest import read_manifest
 from torchx_datapipes.kinds import FnKind, kind_of
 from torchx_datapipes.options.defaults import config_dirs, with_defaults
@@ -219,7 +219,10 @@ def _csv(value: Any) -> Any:
 
 
 def _inputs(input: Union[str, List[str]]) -> str:
-    return str(_csv(input))
+    """A list of inputs as ``--input`` takes it: a comma inside a name is escaped (``\\,``)."""
+    if isinstance(input, (list, tuple)):
+        return join_patterns([str(p) for p in input])
+    return str(input)
 
 
 def _optional_fn(op: str, fn: Optional[Fn], given: Dict[str, Any]) -> Dict[str, Any]:
@@ -248,7 +251,7 @@ def split(
     from the component's defaults (``fractions`` train=0.8,val=0.1,test=0.1).
     """
     given = _given(fractions=fractions, j=j, artifact_store=artifact_store, backend=backend)
-    args = _optional_fn("split", fn, {"input": input, "output": output, **given, **kwargs})
+    args = _optional_fn("split", fn, {"input": _inputs(input), "output": output, **given, **kwargs})
     return components.split(**args)
 
 
@@ -267,5 +270,5 @@ def stats(
     from the component's defaults.
     """
     given = _given(j=j, artifact_store=artifact_store, backend=backend)
-    args = _optional_fn("stats", fn, {"input": input, "output": output, **given, **kwargs})
+    args = _optional_fn("stats", fn, {"input": _inputs(input), "output": output, **given, **kwargs})
     return components.stats(**args)

@@ -13,8 +13,9 @@ from torchx_datapipes.options.spec import REQUIRED, OpSpec, Option
 DEFAULT_MAX_ERROR_RATE = 0.1
 
 _INPUT_HELP = (
-    "input files: a path, a glob such as 'data/*.jsonl', a directory, or several separated by commas;"
-    " local, s3:// or any fsspec URL"
+    "input files: a path, a glob such as 'data/*.jsonl', a directory, or several separated by commas"
+    " (write a comma inside a name as \\,); an existing path is read as it is written even if it holds"
+    " glob characters ([x].jsonl); local, s3:// or any fsspec URL"
 )
 
 
