@@ -24,7 +24,7 @@ from torchx_datapipes.io.fs import InputFile, check_disjoint, check_io_disjoint,
 from torchx_datapipes.io.inputs.planning import check_input_formats
 from torchx_datapipes.io.lease import refuse_if_held
 from torchx_datapipes.io.manifest import has_success, success_url
-from torchx_datapipes.io.ownership import check_local_output
+from torchx_datapipes.io.ownership import check_writable, refuse_foreign
 from torchx_datapipes.options import SPECS, OptionError
 from torchx_datapipes.secrets import mask_url, public_url
 
@@ -154,8 +154,9 @@ def validate_io(input: str, output: str, overwrite: bool, local_fs: bool = True)
         return None
     files = check_io_disjoint(split_patterns(input), output)
     if not _is_remote(output):
+        check_writable(output)  # creatable and writable by this user
         refuse_if_held(output)
-        check_local_output(output, overwrite)  # writable, and nothing in it that we did not write
+        refuse_foreign(output, overwrite)  # nothing in it that we did not write
     if not overwrite and _complete(output):
         raise FileExistsError(
             f"{success_url(output)} exists: the output is complete. Pass --overwrite True to replace it"

@@ -146,6 +146,15 @@ def _foreign_in_split_dir(fs: Any, path: str, name: str) -> List[str]:
     return foreign
 
 
+def check_reserved(output: str) -> None:
+    """Refuse reserved names that are symlinks or of the wrong type (before ``_SUCCESS`` is even read)."""
+    fs, root = fs_and_path(output)
+    if fs.isdir(root):
+        for name, kind in _ls(fs, root):
+            if name in RESERVED_FILES or name in RESERVED_DIRS:
+                _reserved(output, name, kind)
+
+
 def refuse_foreign(output: str, overwrite: bool = False) -> Scan:
     """Raise unless every entry of ``output`` is ours (or it is absent or empty); return the scan."""
     s = scan(output)
@@ -189,12 +198,6 @@ def mark_output(output: str, job: str) -> None:
 
     body = {"writer": "torchx_datapipes", "job": job, "marked_at": round(time.time(), 3)}
     write_file(join(output, OWNER_FILE), orjson.dumps(body))
-
-
-def check_local_output(output: str, overwrite: bool) -> None:
-    """The client's checks of a local ``--output``: creatable and writable, no foreign entries."""
-    check_writable(output)
-    refuse_foreign(output, overwrite)
 
 
 def check_writable(output: str) -> None:

@@ -27,7 +27,7 @@ from torchx_datapipes.io.formats import UnitReader
 from torchx_datapipes.io.fs import check_disjoint, expand_input_files, join
 from torchx_datapipes.io.layout import ERRORS_DIR
 from torchx_datapipes.io.lease import Lease, LeaseLostError, lease_lost, run_identity
-from torchx_datapipes.io.ownership import mark_output, refuse_foreign
+from torchx_datapipes.io.ownership import check_reserved, mark_output, refuse_foreign
 from torchx_datapipes.io.units import Unit, plan_units
 from torchx_datapipes.runner.background import Background
 from torchx_datapipes.runner.badrecords import ErrorSink, OnError
@@ -134,6 +134,8 @@ class Engine:
         """Run the whole job on this rank; rank 0 returns the manifest."""
         d = self.dist
         die_with_agent()
+        if d.rank == 0:  # nothing is read or written through a reserved name that is a symlink
+            check_reserved(self.cfg.output)
         if self._already_complete():
             return mf.read_manifest(self.cfg.output) if d.rank == 0 else None
         if d.rank == 0:  # list and plan the input while the process group forms (other ranks import)
