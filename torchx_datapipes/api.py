@@ -156,7 +156,7 @@ def _error_text(structured: str) -> str:
 
 
 _RANK_ERROR = re.compile(r"^(?P<prefix>.*?)torchx_datapipes: rank \d+ failed: ")
-_TORCH_LOG = re.compile(r"^([WEI]\d{4} |Traceback |\[\d+\]:\[rank)")
+_TORCH_LOG = re.compile(r"^[WEI]\d{4} \d")  # torch's own log lines (torchrun, after the rank exits)
 
 
 def rank_error(lines: List[str]) -> str:

@@ -76,7 +76,8 @@ def transform(
             None) or flat-map (return a list); decorate with ``torchx_datapipes.batched`` or
             ``torchx_datapipes.pipeline`` for batch or DataPipe/torchdata.nodes functions.
         input: input files: a path, a glob such as 'data/*.jsonl', a directory, or several separated by
-            commas; local, s3:// or any fsspec URL. .gz and .zst are decompressed.
+            commas (write a comma inside a name as \\,); an existing path is read as it is written even if
+            it holds glob characters ([x].jsonl); local, s3:// or any fsspec URL. .gz and .zst are decompressed.
         output: output directory (local or fsspec URL)
         format: input format: auto (by extension; an unknown extension is refused), jsonl, json, csv, text,
             parquet, files (one record per file: images, audio, any blob) or webdataset (tar shards)
@@ -164,7 +165,8 @@ def split(
 
     Args:
         input: input files: a path, a glob such as 'data/*.jsonl', a directory, or several separated by
-            commas; local, s3:// or any fsspec URL
+            commas (write a comma inside a name as \\,); an existing path is read as it is written even if
+            it holds glob characters ([x].jsonl); local, s3:// or any fsspec URL
         output: output directory
         fractions: named fractions in (0, 1] summing to 1, e.g. train=0.8,val=0.1,test=0.1
         key: field(s) whose value decides the split, e.g. id or user_id,session; default: the whole record
@@ -251,7 +253,8 @@ def stats(
 
     Args:
         input: input files: a path, a glob such as 'data/*.jsonl', a directory, or several separated by
-            commas; local, s3:// or any fsspec URL
+            commas (write a comma inside a name as \\,); an existing path is read as it is written even if
+            it holds glob characters ([x].jsonl); local, s3:// or any fsspec URL
         output: output directory
         fields: comma-separated fields to describe (default: every top-level field)
         quantiles: comma-separated quantiles in [0, 1] to report
