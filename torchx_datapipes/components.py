@@ -77,7 +77,8 @@ def transform(
             ``torchx_datapipes.pipeline`` for batch or DataPipe/torchdata.nodes functions.
         input: input files: a path, a glob such as 'data/*.jsonl', a directory, or several separated by
             commas (write a comma inside a name as \\,); an existing path is read as it is written even if
-            it holds glob characters ([x].jsonl); local, s3:// or any fsspec URL. .gz and .zst are decompressed.
+            it holds glob characters ([x].jsonl); local, s3:// or any fsspec URL. .gz and .zst are
+            decompressed.
         output: output directory (local or fsspec URL)
         format: input format: auto (by extension; an unknown extension is refused), jsonl, json, csv, text,
             parquet, files (one record per file: images, audio, any blob) or webdataset (tar shards)
