@@ -76,7 +76,7 @@ def test_overwrite_of_our_output_clears_ours_but_refuses_once_the_user_added_a_f
     recs = make_dataset(tmp_path / "d", [30, 20])
     out = tmp_path / "out"
     first = transform(tmp_path, "out")
-    assert (out / "_units/_owner.json").exists() and len(first["units"]) >= 3
+    assert (out / "_units/_owner").exists() and len(first["units"]) >= 3
     (out / "part-00099.jsonl").write_text('{"old": 1}\n')  # a part of an earlier, larger run of ours
     second = transform(tmp_path, "out", "--overwrite", "True")
     assert not (out / "part-00099.jsonl").exists() and canon(read_output(out)) == canon(recs)

@@ -7,7 +7,7 @@ both refuse, listing a few of those entries and the fix. Entries of ours are:
 - always: ``_SUCCESS`` and ``_LEASE`` (regular files), ``_units/``, ``_errors/``, ``_index/``
   and ``_split/`` (real directories), ``_LEASE.stale-<token>`` and ``.tmp-<32 hex>-<name>``;
 - in a directory already marked as an output of ours (it holds ``_SUCCESS`` or ``_units/``,
-  which a job creates, with ``_units/_owner.json``, before it writes any part): parts named
+  which a job creates, with ``_units/_owner``, before it writes any part): parts named
   ``part-NNNNN.<ext>``, the stats files (``stats.json``, ``report.html``, ``stats.md``), and
   split subdirectories holding only parts, ``_index/`` and temp files. A part without its unit's
   commit record is ours there too: a job killed between writing a part and its record leaves one.
@@ -193,7 +193,7 @@ def clear_ours(output: str, keep: Tuple[str, ...] = (LEASE,)) -> None:
 
 
 def mark_output(output: str, job: str) -> None:
-    """Write ``_units/_owner.json`` before any part, so a relaunch knows the parts here are ours."""
+    """Write ``_units/_owner`` before any part, so a relaunch knows the parts here are ours."""
     from torchx_datapipes.io.checksum import write_file
 
     body = {"writer": "torchx_datapipes", "job": job, "marked_at": round(time.time(), 3)}
