@@ -278,3 +278,18 @@ def test_a_read_only_output_is_refused_naming_the_path(tmp_path: Path) -> None:
             subprocess.run(["umount", str(ro)], check=True)
         else:
             ro.chmod(0o755)
+
+
+def test_lease_lost_names_the_run_that_completed_the_output_after_releasing_it(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    mine = lease_mod.Lease.acquire(str(out), job="frozen-job")
+    (out / "_LEASE").unlink()  # taken over, and released after the other job's _SUCCESS
+    (out / "_SUCCESS").write_text(json.dumps({"job": {"run_id": "transform-abc123"}}))
+    why = lease_mod.lease_lost(str(out), mine)
+    assert why is not None and why.startswith(f"lease lost: the output lease of {out} is now held by nobody")
+    assert "after completing the output (run transform-abc123)" in why
+    assert "after completing the output (run transform-abc123)" in (
+        lease_mod.lease_lost(str(out), None) or ""
+    )
+    (out / "_SUCCESS").unlink()
+    assert lease_mod.lease_lost(str(out), None) is None  # rank > 0: released by our own rank 0 (it failed)

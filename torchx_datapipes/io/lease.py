@@ -20,7 +20,7 @@ import orjson
 from torchx_datapipes.errors import DatapipesError
 from torchx_datapipes.io.checksum import write_file
 from torchx_datapipes.io.fs import fs_and_path, join
-from torchx_datapipes.io.layout import LEASE, STALE_LEASE_PREFIX
+from torchx_datapipes.io.layout import LEASE, STALE_LEASE_PREFIX, SUCCESS
 
 HEARTBEAT_ENV = "TDP_LEASE_HEARTBEAT_S"
 DEFAULT_HEARTBEAT_S = 20.0
@@ -242,8 +242,9 @@ def _alive(pid: int) -> bool:
 def lease_lost(output: str, lease: Optional[Lease]) -> Optional[str]:
     """Why this job no longer owns ``output`` (naming the job that does), or None if it still may.
 
-    Rank 0 passes its lease (its token decides); another rank passes None and compares job ids,
-    and call this only once the plan arrived (so rank 0 held the lease then).
+    Rank 0 passes its lease (its token decides); another rank passes None and compares job ids (or,
+    once the lease is released, the run that wrote ``_SUCCESS``); call it only once the plan arrived
+    (so rank 0 held the lease then).
     """
     try:
         current = read_holder(output)
@@ -252,14 +253,30 @@ def lease_lost(output: str, lease: Optional[Lease]) -> Optional[str]:
     if lease is not None:
         if current is not None and current.token == lease.holder.token and lease.lost is None:
             return None
-    elif current is None or current.job_id == job_id():
+    elif current is not None and current.job_id == job_id():
+        return None
+    completed = _success_run(output) if current is None else None
+    if lease is None and current is None and (completed is None or completed == run_identity()):
         return None
     if current is not None:
         who = current.describe()
     else:
-        who = "nobody now: the job that took it over has released it"
+        run = f" (run {completed})" if completed else ""
+        done = f" after completing the output{run}" if completed is not None else ""
+        who = f"nobody now: the job that took it over has released it{done}"
     return (
         f"lease lost: the output lease of {output} is now held by {who}. This job was presumed dead"
         f" (no heartbeat for {stale_s():.0f}s: frozen, e.g. by SIGSTOP, or cut off from the storage) and"
         f" another job took the output over. Rerun once that job is done, or choose another --output"
     )
+
+
+def _success_run(output: str) -> Optional[str]:
+    """The run id in ``OUT/_SUCCESS`` ('' if it names none), or None without a readable ``_SUCCESS``."""
+    try:
+        fs, path = fs_and_path(join(output, SUCCESS))
+        with fs.open(path, "rb") as fh:
+            job = orjson.loads(fh.read()).get("job") or {}
+    except (OSError, orjson.JSONDecodeError, AttributeError):
+        return None
+    return str(job.get("run_id") or "")
