@@ -256,7 +256,7 @@ def lease_lost(output: str, lease: Optional[Lease]) -> Optional[str]:
     elif current is not None and current.job_id == job_id():
         return None
     completed = _success_run(output) if current is None else None
-    if lease is None and current is None and (completed is None or completed == run_identity()):
+    if lease is None and current is None and (completed is None or completed == (run_identity() or "")):
         return None
     if current is not None:
         who = current.describe()
