@@ -97,7 +97,8 @@ def transform(
         max_error_rate: with on_error=skip, fail the job when bad records / input records exceeds this (in
             [0, 1], default 0.1)
         max_restarts: torchrun restarts of failed ranks; restarted ranks skip committed units
-        overwrite: replace an output that already has _SUCCESS: true/false (also 1/0, yes/no)
+        overwrite: replace an output that already has _SUCCESS: true/false (also 1/0, yes/no); deletes
+            only what this product wrote, and a directory holding anything else is refused
         artifact_store: where the client uploads the function artifact (default ./.tdp/artifacts for local
             runs; use s3://... for clusters)
         backend: how the function is shipped: cloudpickle, torch.package or module (import it by name where
@@ -193,7 +194,8 @@ def split(
         max_error_rate: with on_error=skip, fail the job when bad records / input records exceeds this (in
             [0, 1], default 0.1)
         max_restarts: torchrun restarts of failed ranks; restarted ranks skip committed units
-        overwrite: replace an output that already has _SUCCESS: true/false (also 1/0, yes/no)
+        overwrite: replace an output that already has _SUCCESS: true/false (also 1/0, yes/no); deletes
+            only what this product wrote, and a directory holding anything else is refused
         artifact_store: where the client uploads the fn artifact (s3://... for clusters)
         backend: how fn is shipped: cloudpickle, torch.package or module
         unit_mb: target size in MB of a unit of work
@@ -277,7 +279,8 @@ def stats(
         max_error_rate: with on_error=skip, fail the job when bad records / input records exceeds this (in
             [0, 1], default 0.1)
         max_restarts: torchrun restarts of failed ranks; restarted ranks skip committed units
-        overwrite: replace an output that already has _SUCCESS: true/false (also 1/0, yes/no)
+        overwrite: replace an output that already has _SUCCESS: true/false (also 1/0, yes/no); deletes
+            only what this product wrote, and a directory holding anything else is refused
         artifact_store: where the client uploads the fn artifact (s3://... for clusters)
         backend: how fn is shipped: cloudpickle, torch.package or module
         unit_mb: target size in MB of a unit of work

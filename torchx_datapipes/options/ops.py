@@ -118,7 +118,8 @@ def _data(
             "overwrite",
             "bool",
             False,
-            "replace an output that already has _SUCCESS: true/false (also 1/0, yes/no)",
+            "replace an output that already has _SUCCESS: true/false (also 1/0, yes/no); deletes only what"
+            " this product wrote, and a directory holding anything else is refused",
         ),
     )
 
