@@ -19,7 +19,6 @@ LEASE = "_LEASE"
 STALE_LEASE_PREFIX = f"{LEASE}.stale-"
 INDEX_DIR = "_index"
 SPLIT_DIR = "_split"  # split's side files (thresholds, hashes)
-OWNER_FILE = f"{UNITS_DIR}/_owner"  # written before any part: the directory is ours (not *.json: no record)
 PART_PREFIX = "part-"
 TMP_PREFIX = ".tmp-"
 

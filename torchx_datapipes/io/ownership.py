@@ -6,8 +6,8 @@ both refuse, listing a few of those entries and the fix. Entries of ours are:
 
 - always: ``_SUCCESS`` and ``_LEASE`` (regular files), ``_units/``, ``_errors/``, ``_index/``
   and ``_split/`` (real directories), ``_LEASE.stale-<token>`` and ``.tmp-<32 hex>-<name>``;
-- in a directory already marked as an output of ours (it holds ``_SUCCESS`` or ``_units/``,
-  which a job creates, with ``_units/_owner``, before it writes any part): parts named
+- in a directory already marked as an output of ours (it holds ``_SUCCESS``, ``_LEASE``, a stale
+  lease, or ``_units/``, which a job creates, empty, before it writes any part): parts named
   ``part-NNNNN.<ext>``, the stats files (``stats.json``, ``report.html``, ``stats.md``), and
   split subdirectories holding only parts, ``_index/`` and temp files. A part without its unit's
   commit record is ours there too: a job killed between writing a part and its record leaves one.
@@ -18,11 +18,8 @@ A reserved name that is a symlink or of the wrong type (``_errors`` -> elsewhere
 
 import os
 import re
-import time
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Tuple
-
-import orjson
 
 from torchx_datapipes.errors import DatapipesError
 from torchx_datapipes.io.fs import fs_and_path, is_plain_local, join
@@ -30,7 +27,6 @@ from torchx_datapipes.io.layout import (
     ERRORS_DIR,
     INDEX_DIR,
     LEASE,
-    OWNER_FILE,
     SPLIT_DIR,
     STALE_LEASE_PREFIX,
     SUCCESS,
@@ -121,7 +117,7 @@ def scan(output: str) -> Scan:
         if name in RESERVED_FILES or name in RESERVED_DIRS:
             _reserved(output, name, kind)
     names = {name for name, _ in entries}
-    marked = SUCCESS in names or UNITS_DIR in names
+    marked = bool(names & {SUCCESS, UNITS_DIR, LEASE}) or any(n.startswith(STALE_LEASE_PREFIX) for n in names)
     for name, kind in entries:
         if name in RESERVED_FILES or name in RESERVED_DIRS or (_always_ours(name) and kind == "file"):
             result.ours.append(name)
@@ -192,12 +188,14 @@ def clear_ours(output: str, keep: Tuple[str, ...] = (LEASE,)) -> None:
             pass
 
 
-def mark_output(output: str, job: str) -> None:
-    """Write ``_units/_owner`` before any part, so a relaunch knows the parts here are ours."""
-    from torchx_datapipes.io.checksum import write_file
+def mark_output(output: str) -> None:
+    """Create ``_units/`` before any part, so a relaunch knows the parts here are ours.
 
-    body = {"writer": "torchx_datapipes", "job": job, "marked_at": round(time.time(), 3)}
-    write_file(join(output, OWNER_FILE), orjson.dumps(body))
+    An empty directory on a filesystem that has them; object stores have none, so there the mark is
+    the first commit record (a part of a job that failed before it, and released its lease, is refused).
+    """
+    fs, root = fs_and_path(join(output, UNITS_DIR))
+    fs.makedirs(root, exist_ok=True)
 
 
 def check_writable(output: str) -> None:

@@ -215,7 +215,7 @@ class Engine:
         self.lease = Lease.acquire(c.output)
         if c.overwrite and self.dist.first_round and not self.lease.retaken:  # not after a restart/new round
             mf.clear_output(c.output)
-        mark_output(c.output, self.lease.holder.job_id)  # before any part: a relaunch knows they are ours
+        mark_output(c.output)  # before any part: a relaunch knows they are ours
         self.lease.start_heartbeat()
         return orjson.dumps({"inputs": inputs, "units": [u.to_json() for u in units]})
 
