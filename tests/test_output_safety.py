@@ -290,11 +290,12 @@ def test_lease_lost_names_the_run_that_completed_the_output_after_releasing_it(t
     mine = lease_mod.Lease.acquire(str(out), job="frozen-job")
     (out / "_LEASE").unlink()  # taken over, and released after the other job's _SUCCESS
     (out / "_SUCCESS").write_text(json.dumps({"job": {"run_id": "transform-abc123"}}))
-    why = lease_mod.lease_lost(str(out), mine)
+    token = mine.holder.token
+    why = lease_mod.lease_lost(str(out), token, holder=True)
     assert why is not None and why.startswith(f"lease lost: the output lease of {out} is now held by nobody")
     assert "after completing the output (run transform-abc123)" in why
-    assert "after completing the output (run transform-abc123)" in (
-        lease_mod.lease_lost(str(out), None) or ""
-    )
+    other_rank = lease_mod.lease_lost(str(out), token) or ""
+    assert "after completing the output (run transform-abc123)" in other_rank
     (out / "_SUCCESS").unlink()
-    assert lease_mod.lease_lost(str(out), None) is None  # rank > 0: released by our own rank 0 (it failed)
+    assert lease_mod.lease_lost(str(out), token) is None  # rank > 0: released by our own rank 0 (it failed)
+    assert lease_mod.lease_lost(str(out), token, holder=True) is not None

@@ -239,24 +239,22 @@ def _alive(pid: int) -> bool:
     return state not in (b"Z", b"X")
 
 
-def lease_lost(output: str, lease: Optional[Lease]) -> Optional[str]:
+def lease_lost(output: str, token: str, holder: bool = False, flagged: Optional[str] = None) -> Optional[str]:
     """Why this job no longer owns ``output`` (naming the job that does), or None if it still may.
 
-    Rank 0 passes its lease (its token decides); another rank passes None and compares job ids (or,
-    once the lease is released, the run that wrote ``_SUCCESS``); call it only once the plan arrived
-    (so rank 0 held the lease then).
+    ``token`` is the job's lease token (rank 0 shares it with the plan); ``holder`` is True in rank 0
+    (and its worker processes), which has not released the lease, so a missing lease means it was
+    taken; another rank sees a missing lease as lost only if ``_SUCCESS`` names another run.
+    ``flagged``: what the heartbeat thread saw.
     """
     try:
         current = read_holder(output)
     except OSError:
         return None
-    if lease is not None:
-        if current is not None and current.token == lease.holder.token and lease.lost is None:
-            return None
-    elif current is not None and current.job_id == job_id():
+    if current is not None and flagged is None and current.token in (token, "?"):  # "?": being written
         return None
     completed = _success_run(output) if current is None else None
-    if lease is None and current is None and (completed is None or completed == (run_identity() or "")):
+    if not holder and current is None and (completed is None or completed == (run_identity() or "")):
         return None
     if current is not None:
         who = current.describe()

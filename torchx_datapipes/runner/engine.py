@@ -108,6 +108,7 @@ class Engine:
         self.units: List[Unit] = []
         self.fingerprint = ""
         self.lease: Optional[Lease] = None
+        self.lease_token = ""  # rank 0's lease token, shared with the plan
         self.early: Optional[Background[Tuple[List[Tuple[str, int]], List[Unit]]]] = None
 
     def options(self) -> Dict[str, Any]:
@@ -154,8 +155,7 @@ class Engine:
         except LeaseLostError:
             raise
         except Exception as e:
-            owned = self.lease is not None or (d.rank != 0 and bool(self.fingerprint))  # after the plan
-            lost = lease_lost(self.cfg.output, self.lease) if owned else None
+            lost = self.lease_lost()
             if lost is not None:  # another job took the output over: that, not the symptom, is the error
                 raise LeaseLostError(
                     f"{lost}. This job stopped without committing ({type(e).__name__}: {e})"
@@ -191,6 +191,7 @@ class Engine:
         data = orjson.loads(self.dist.share("plan", self._plan_on_rank0, self.cfg.timeout_s))
         self.inputs = [(str(p), int(s)) for p, s in data["inputs"]]
         self.units = [Unit(**u) for u in data["units"]]
+        self.lease_token = str(data["lease"])
         if self.dist.local_rank == 0 and self.dist.rank != 0:  # rank 0 checked its host's view when planning
             check_disjoint(self.inputs, self.cfg.output, self.cfg.inputs)  # once per other host
         self.fingerprint = mf.fingerprint(
@@ -217,7 +218,17 @@ class Engine:
             mf.clear_output(c.output)
         mark_output(c.output)  # before any part: a relaunch knows they are ours
         self.lease.start_heartbeat()
-        return orjson.dumps({"inputs": inputs, "units": [u.to_json() for u in units]})
+        self.lease_token = self.lease.holder.token
+        return orjson.dumps(
+            {"inputs": inputs, "units": [u.to_json() for u in units], "lease": self.lease_token}
+        )
+
+    def lease_lost(self) -> Optional[str]:
+        """Why another job now owns the output (see ``io.lease.lease_lost``); None before the plan."""
+        if not self.lease_token:
+            return None
+        lease = self.lease
+        return lease_lost(self.cfg.output, self.lease_token, lease is not None, lease.lost if lease else None)
 
     def barrier(self) -> None:
         self.dist.barrier(self.cfg.timeout_s)
@@ -299,6 +310,9 @@ class Engine:
             if self.committed(unit, name, label):
                 skipped += 1
             else:
+                lost = self.lease_lost()  # one small read: stop at once if another job took the output
+                if lost is not None:
+                    raise LeaseLostError(f"{lost}. This job stopped before unit {unit.describe()}")
                 self.process(unit, name, fn, progress, slot)
                 done += 1
             progress.unit_done(unit.nbytes)
