@@ -1,23 +1,34 @@
 """Issue 23 as a user hits it, through ``torchx run -s local_cwd datapipes.transform``: a directory of
 the user's own files refused before launch (with --overwrite, and a planted ``_errors`` symlink, and a
 read-only output), literal names with glob characters and an escaped comma read as written (one
-launch), and a failed job that prints its record error once, readably (one launch). The finer cases
-run in-process in test_output_safety.py.
+launch), a failed job that prints its record error once, readably (one launch), and a job frozen
+(SIGSTOP) while another took its output over, which fails with "lease lost" (two launches). The
+finer cases run in-process in test_output_safety.py.
 """
 
+import json
 import os
+import signal
 import subprocess
+import time
 from pathlib import Path
-from typing import Dict, List
+from typing import Callable, Dict, List, Optional
 
+import psutil
 import pytest
-from tdp_testutil import canon, read_output, records, run_torchx, write_jsonl
+from tdp_testutil import TORCHX, VENV_BIN, canon, read_output, records, run_torchx, write_jsonl
 
 from torchx_datapipes.api import rank_error
 
 REPO = str(Path(__file__).resolve().parents[1])  # the checkout under test, for the CLI and its ranks
 FNS = """
+import time
+
 def ident(r):
+    return r
+
+def slow(r):
+    time.sleep(0.05)
     return r
 
 def bad(r):
@@ -109,3 +120,62 @@ def test_a_failed_job_prints_its_record_error_once_readably(project: Path) -> No
     )
     assert block.rstrip().endswith("and go on") and "fix: correct the record" in block
     assert not (project / "out/bad/_SUCCESS").exists()
+
+
+def poll(fn: Callable[[], Optional[object]], deadline_s: float, what: str) -> object:
+    deadline = time.time() + deadline_s
+    while time.time() < deadline:
+        got = fn()
+        if got:
+            return got
+        time.sleep(0.05)
+    raise AssertionError(f"timed out after {deadline_s}s waiting for {what}")
+
+
+def ranks_of(cwd: Path, out: str) -> List[psutil.Process]:
+    found = []
+    for p in psutil.process_iter(["cmdline", "cwd"]):
+        cmd = p.info["cmdline"] or []
+        agent = len(cmd) > 1 and os.path.basename(cmd[1]) == "torchrun"
+        if (
+            p.info["cwd"] == str(cwd)
+            and "torchx_datapipes.runner" in cmd
+            and not agent
+            and any(c.endswith(out) for c in cmd)
+        ):
+            found.append(p)
+    return found
+
+
+def test_a_job_frozen_while_another_took_its_output_over_fails_with_lease_lost(project: Path) -> None:
+    write_jsonl(project / "data/many.jsonl", records(300))
+    env = {**os.environ, "PATH": f"{VENV_BIN}:{os.environ['PATH']}", "PYTHONPATH": REPO,
+           "TDP_LEASE_HEARTBEAT_S": "0.5"}  # fmt: skip
+    base = ["run", "-s", "local_cwd", "datapipes.transform", "-j", "1x1", "--input", "data/many.jsonl",
+            "--output", "out/L", "--unit_mb", "0.002"]  # fmt: skip
+    frozen = subprocess.Popen(
+        [TORCHX, *base, "--fn", "fns.py:slow"], cwd=project, env=env, stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT, text=True,
+    )  # fmt: skip
+    lease = project / "out/L/_LEASE"
+    try:
+        poll(lambda: len(list((project / "out/L/_units").glob("*.json"))) >= 1, 120, "a committed unit")
+        (rank,) = poll(lambda: ranks_of(project, "out/L"), 30, "the rank")  # type: ignore[misc]
+        rank.send_signal(signal.SIGSTOP)
+        poll(lambda: time.time() - json.loads(lease.read_text())["heartbeat"] > 2.0, 30, "a stale lease")
+        other = run_torchx([*base, "--fn", "fns.py:ident", "--overwrite", "True"], project, env=env)
+        assert other.returncode == 0, other.stdout + other.stderr
+        assert "taking over the output lease of job" in other.stdout + other.stderr
+        rank.send_signal(signal.SIGCONT)
+        out, _ = frozen.communicate(timeout=180)
+    finally:
+        if frozen.poll() is None:
+            for p in ranks_of(project, "out/L"):
+                p.send_signal(signal.SIGCONT)
+            frozen.kill()
+            frozen.wait()
+    assert frozen.returncode != 0
+    assert f"LeaseLostError: lease lost: the output lease of {project / 'out/L'} is now held by" in out, out
+    assert "after completing the output (run " in out and "rank 0 failed: LeaseLostError: lease lost" in out
+    assert canon(read_output(project / "out/L")) == canon(records(300))  # the other job's output stands
+    assert json.loads((project / "out/L/_SUCCESS").read_text())["records_out"] == 300
