@@ -9,6 +9,7 @@ result.manifest["records_out"]
 
 import dataclasses
 import os
+import re
 import shutil
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Optional, Union
@@ -19,7 +20,7 @@ from torchx_datapipes import artifact, components
 from torchx_datapipes.appdef import META_OP, META_OUTPUT, default_store, for_scheduler
 from torchx_datapipes.cluster import META_MEM_FLOOR, check_memory, check_scheduler, oom_hint, ray_workspace
 from torchx_datapipes.errors import DatapipesError
-from torchx_datapipes.io.fs import join, read_bytes
+from torchx_datapipes.io.fs import join, join_patterns, read_bytes
 from torchx_datapipes.io.manifest import read_manifest
 from torchx_datapipes.kinds import FnKind, kind_of
 from torchx_datapipes.options.defaults import config_dirs, with_defaults
@@ -167,6 +168,29 @@ def _error_text(structured: str) -> str:
         return structured
 
 
+_RANK_ERROR = re.compile(r"^(?P<prefix>.*?)torchx_datapipes: rank \d+ failed: ")
+_TORCH_LOG = re.compile(r"^[WEI]\d{4} \d")  # torch's own log lines (torchrun, after the rank exits)
+
+
+def rank_error(lines: List[str]) -> str:
+    """The first error a rank printed with ``runner.main.print_error`` (its tee prefix removed), or ''."""
+    for i, line in enumerate(lines):
+        m = _RANK_ERROR.match(line)
+        if m is None:
+            continue
+        prefix = m.group("prefix")
+        block = [line[len(prefix) :].rstrip("\n")]
+        for nxt in lines[i + 1 : i + 200]:
+            if (prefix and not nxt.startswith(prefix)) or (not prefix and _TORCH_LOG.match(nxt)):
+                break
+            rest = nxt[len(prefix) :].rstrip("\n")
+            if prefix and _TORCH_LOG.match(rest):
+                break
+            block.append(rest)
+        return "\n".join(block).rstrip()
+    return ""
+
+
 def _failure_message(runner: Any, handle: str, state: str, status: Any, log_dir: Optional[str]) -> str:
     msg = f"job {handle} ended {state}"
     if status is not None and getattr(status, "msg", "") not in ("", "<NONE>"):
@@ -180,15 +204,19 @@ def _failure_message(runner: Any, handle: str, state: str, status: Any, log_dir:
             err = _error_text(str(getattr(rep, "structured_error_msg", "") or ""))
             if err and err not in errors:
                 errors.append(err)
-    if errors:
-        msg += "\n" + "\n".join(errors[:2])
-    lines: List[str] = []
     try:
         role = runner.describe(handle).roles[0].name
         lines = list(runner.log_lines(handle, role, k=0, streams=None))
-        msg += "\n--- last log lines ---\n" + "".join(lines[-30:])
     except Exception:  # logs are a courtesy; the state above is the truth
-        pass
+        lines = []
+    ours = rank_error(lines)
+    if ours:  # our own error, printed once by the rank (its one-line summary is in ``errors``)
+        msg += "\n" + ours
+    else:
+        if errors:
+            msg += "\n" + "\n".join(errors[:2])
+        if lines:
+            msg += "\n--- last log lines ---\n" + "".join(lines[-30:])
     hint = oom_hint(handle, "".join(lines))
     if hint:
         msg = f"{msg.splitlines()[0]}\n{hint}\n" + "\n".join(msg.splitlines()[1:])
@@ -207,7 +235,10 @@ def _csv(value: Any) -> Any:
 
 
 def _inputs(input: Union[str, List[str]]) -> str:
-    return str(_csv(input))
+    """A list of inputs as ``--input`` takes it: a comma inside a name is escaped (``\\,``)."""
+    if isinstance(input, (list, tuple)):
+        return join_patterns([str(p) for p in input])
+    return str(input)
 
 
 def _optional_fn(op: str, fn: Optional[Fn], given: Dict[str, Any]) -> Dict[str, Any]:
@@ -236,7 +267,7 @@ def split(
     from the component's defaults (``fractions`` train=0.8,val=0.1,test=0.1).
     """
     given = _given(fractions=fractions, j=j, artifact_store=artifact_store, backend=backend)
-    args = _optional_fn("split", fn, {"input": input, "output": output, **given, **kwargs})
+    args = _optional_fn("split", fn, {"input": _inputs(input), "output": output, **given, **kwargs})
     return components.split(**args)
 
 
@@ -255,5 +286,5 @@ def stats(
     from the component's defaults.
     """
     given = _given(j=j, artifact_store=artifact_store, backend=backend)
-    args = _optional_fn("stats", fn, {"input": input, "output": output, **given, **kwargs})
+    args = _optional_fn("stats", fn, {"input": _inputs(input), "output": output, **given, **kwargs})
     return components.stats(**args)

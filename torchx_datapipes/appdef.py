@@ -34,6 +34,7 @@ from torchx_datapipes.io.fs import InputFile, check_disjoint, check_io_disjoint,
 from torchx_datapipes.io.inputs.planning import check_input_formats
 from torchx_datapipes.io.lease import refuse_if_held
 from torchx_datapipes.io.manifest import has_success, success_url
+from torchx_datapipes.io.ownership import check_writable, refuse_foreign
 from torchx_datapipes.options import SPECS, OptionError
 from torchx_datapipes.secrets import mask_url, public_url
 
@@ -158,7 +159,7 @@ def _is_remote(url: str) -> bool:
 
 
 def validate_io(input: str, output: str, overwrite: bool, local_fs: bool = True) -> Optional[List[InputFile]]:
-    """Fail before launch when local inputs are missing or the output is already complete.
+    """Fail before launch when local inputs are missing or the output is complete, unwritable or not ours.
 
     With ``local_fs=False`` (a job that does not see this machine's files) local paths are the
     job's (mounts), so they are compared by their roots, not listed or opened here, and None is
@@ -175,7 +176,9 @@ def validate_io(input: str, output: str, overwrite: bool, local_fs: bool = True)
         return None
     files = check_io_disjoint(split_patterns(input), output)
     if not _is_remote(output):
+        check_writable(output)  # creatable and writable by this user
         refuse_if_held(output)
+        refuse_foreign(output, overwrite)  # nothing in it that we did not write
     if not overwrite and _complete(output):
         raise FileExistsError(
             f"{success_url(output)} exists: the output is complete. Pass --overwrite True to replace it"

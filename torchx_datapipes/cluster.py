@@ -21,6 +21,7 @@ import sys
 import tempfile
 from typing import Any, Dict, Mapping, Optional
 
+from torchx_datapipes.io.fs import join_patterns, split_patterns
 from torchx_datapipes.options import OptionError
 from torchx_datapipes.target import Target
 
@@ -53,7 +54,7 @@ def place_paths(values: Mapping[str, Any], where: Target, relative: Dict[str, st
             relative[option] = ",".join(filter(None, [relative.get(option), path]))
         return placed
 
-    out["input"] = ",".join(place("input", p.strip()) for p in str(values["input"]).split(",") if p.strip())
+    out["input"] = join_patterns([place("input", p) for p in split_patterns(str(values["input"]))])
     out["output"] = place("output", values["output"])
     fn: Optional[str] = values.get("fn")
     if fn and "://" not in fn and _is_artifact_path(fn):

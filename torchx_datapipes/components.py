@@ -78,7 +78,9 @@ def transform(
             None) or flat-map (return a list); decorate with ``torchx_datapipes.batched`` or
             ``torchx_datapipes.pipeline`` for batch or DataPipe/torchdata.nodes functions.
         input: input files: a path, a glob such as 'data/*.jsonl', a directory, or several separated by
-            commas; local, s3:// or any fsspec URL. .gz and .zst are decompressed.
+            commas (write a comma inside a name as \\,); an existing path is read as it is written even if
+            it holds glob characters ([x].jsonl); local, s3:// or any fsspec URL. .gz and .zst are
+            decompressed.
         output: output directory (local or fsspec URL)
         format: input format: auto (by extension; an unknown extension is refused), jsonl, json, csv, text,
             parquet, files (one record per file: images, audio, any blob) or webdataset (tar shards)
@@ -97,7 +99,8 @@ def transform(
         max_error_rate: with on_error=skip, fail the job when bad records / input records exceeds this (in
             [0, 1], default 0.1)
         max_restarts: torchrun restarts of failed ranks; restarted ranks skip committed units
-        overwrite: replace an output that already has _SUCCESS: true/false (also 1/0, yes/no)
+        overwrite: replace an output that already has _SUCCESS: true/false (also 1/0, yes/no); deletes
+            only what this product wrote, and a directory holding anything else is refused
         artifact_store: where the client uploads the function artifact (default ./.tdp/artifacts for local
             runs; use s3://... for clusters)
         backend: how the function is shipped: cloudpickle, torch.package or module (import it by name where
@@ -171,7 +174,8 @@ def split(
 
     Args:
         input: input files: a path, a glob such as 'data/*.jsonl', a directory, or several separated by
-            commas; local, s3:// or any fsspec URL
+            commas (write a comma inside a name as \\,); an existing path is read as it is written even if
+            it holds glob characters ([x].jsonl); local, s3:// or any fsspec URL
         output: output directory
         fractions: named fractions in (0, 1] summing to 1, e.g. train=0.8,val=0.1,test=0.1
         key: field(s) whose value decides the split, e.g. id or user_id,session; default: the whole record
@@ -197,7 +201,8 @@ def split(
         max_error_rate: with on_error=skip, fail the job when bad records / input records exceeds this (in
             [0, 1], default 0.1)
         max_restarts: torchrun restarts of failed ranks; restarted ranks skip committed units
-        overwrite: replace an output that already has _SUCCESS: true/false (also 1/0, yes/no)
+        overwrite: replace an output that already has _SUCCESS: true/false (also 1/0, yes/no); deletes
+            only what this product wrote, and a directory holding anything else is refused
         artifact_store: where the client uploads the fn artifact (s3://... for clusters)
         backend: how fn is shipped: cloudpickle, torch.package or module
         unit_mb: target size in MB of a unit of work
@@ -261,7 +266,8 @@ def stats(
 
     Args:
         input: input files: a path, a glob such as 'data/*.jsonl', a directory, or several separated by
-            commas; local, s3:// or any fsspec URL
+            commas (write a comma inside a name as \\,); an existing path is read as it is written even if
+            it holds glob characters ([x].jsonl); local, s3:// or any fsspec URL
         output: output directory
         fields: comma-separated fields to describe (default: every top-level field)
         quantiles: comma-separated quantiles in [0, 1] to report
@@ -283,7 +289,8 @@ def stats(
         max_error_rate: with on_error=skip, fail the job when bad records / input records exceeds this (in
             [0, 1], default 0.1)
         max_restarts: torchrun restarts of failed ranks; restarted ranks skip committed units
-        overwrite: replace an output that already has _SUCCESS: true/false (also 1/0, yes/no)
+        overwrite: replace an output that already has _SUCCESS: true/false (also 1/0, yes/no); deletes
+            only what this product wrote, and a directory holding anything else is refused
         artifact_store: where the client uploads the fn artifact (s3://... for clusters)
         backend: how fn is shipped: cloudpickle, torch.package or module
         unit_mb: target size in MB of a unit of work

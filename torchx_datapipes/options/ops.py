@@ -18,8 +18,9 @@ _MAX_RECORD_HELP = (
 )
 
 _INPUT_HELP = (
-    "input files: a path, a glob such as 'data/*.jsonl', a directory, or several separated by commas;"
-    " local, s3:// or any fsspec URL"
+    "input files: a path, a glob such as 'data/*.jsonl', a directory, or several separated by commas"
+    " (write a comma inside a name as \\,); an existing path is read as it is written even if it holds"
+    " glob characters ([x].jsonl); local, s3:// or any fsspec URL"
 )
 
 
@@ -122,7 +123,8 @@ def _data(
             "overwrite",
             "bool",
             False,
-            "replace an output that already has _SUCCESS: true/false (also 1/0, yes/no)",
+            "replace an output that already has _SUCCESS: true/false (also 1/0, yes/no); deletes only what"
+            " this product wrote, and a directory holding anything else is refused",
         ),
     )
 

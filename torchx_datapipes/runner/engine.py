@@ -26,7 +26,8 @@ from torchx_datapipes.io.checksum import verify
 from torchx_datapipes.io.formats import UnitReader, record_bytes
 from torchx_datapipes.io.fs import check_disjoint, expand_input_files, join
 from torchx_datapipes.io.layout import ERRORS_DIR
-from torchx_datapipes.io.lease import Lease, run_identity
+from torchx_datapipes.io.lease import Lease, LeaseLostError, lease_lost, run_identity
+from torchx_datapipes.io.ownership import check_reserved, mark_output, refuse_foreign
 from torchx_datapipes.io.stale import remove_stale_temps
 from torchx_datapipes.io.units import Unit, plan_units
 from torchx_datapipes.runner.background import Background
@@ -109,6 +110,7 @@ class Engine:
         self.units: List[Unit] = []
         self.fingerprint = ""
         self.lease: Optional[Lease] = None
+        self.lease_token = ""  # rank 0's lease token, shared with the plan
         self.early: Optional[Background[Tuple[List[Tuple[str, int]], List[Unit]]]] = None
 
     def options(self) -> Dict[str, Any]:
@@ -136,6 +138,8 @@ class Engine:
         """Run the whole job on this rank; rank 0 returns the manifest."""
         d = self.dist
         die_with_agent()
+        if d.rank == 0:  # nothing is read or written through a reserved name that is a symlink
+            check_reserved(self.cfg.output)
         if self._already_complete():
             return mf.read_manifest(self.cfg.output) if d.rank == 0 else None
         if d.rank == 0:  # list and plan the input while the process group forms (other ranks import)
@@ -151,6 +155,15 @@ class Engine:
                 manifest = None
             else:
                 manifest = self.commit()
+        except LeaseLostError:
+            raise
+        except Exception as e:
+            lost = self.lease_lost()
+            if lost is not None:  # another job took the output over: that, not the symptom, is the error
+                raise LeaseLostError(
+                    f"{lost}. This job stopped without committing ({type(e).__name__}: {e})"
+                ) from e
+            raise
         finally:
             if self.lease is not None:
                 self.lease.release()
@@ -181,6 +194,7 @@ class Engine:
         data = orjson.loads(self.dist.share("plan", self._plan_on_rank0, self.cfg.timeout_s))
         self.inputs = [(str(p), int(s)) for p, s in data["inputs"]]
         self.units = [Unit(**u) for u in data["units"]]
+        self.lease_token = str(data["lease"])
         if self.dist.local_rank == 0 and self.dist.rank != 0:  # rank 0 checked its host's view when planning
             check_disjoint(self.inputs, self.cfg.output, self.cfg.inputs)  # once per other host
         self.fingerprint = mf.fingerprint(
@@ -199,12 +213,26 @@ class Engine:
         c = self.cfg
         inputs, units = self.early.result() if self.early is not None else self._list_and_plan()
         check_disjoint(inputs, c.output, c.inputs)
+        refuse_foreign(
+            c.output, c.overwrite
+        )  # before anything is written there, or through its reserved names
         self.lease = Lease.acquire(c.output)
         if c.overwrite and self.dist.first_round and not self.lease.retaken:  # not after a restart/new round
             mf.clear_output(c.output)
         remove_stale_temps(c.output)  # a killed run's temp files: no run of ours writes here but us
+        mark_output(c.output)  # before any part: a relaunch knows they are ours
         self.lease.start_heartbeat()
-        return orjson.dumps({"inputs": inputs, "units": [u.to_json() for u in units]})
+        self.lease_token = self.lease.holder.token
+        return orjson.dumps(
+            {"inputs": inputs, "units": [u.to_json() for u in units], "lease": self.lease_token}
+        )
+
+    def lease_lost(self) -> Optional[str]:
+        """Why another job now owns the output (see ``io.lease.lease_lost``); None before the plan."""
+        if not self.lease_token:
+            return None
+        lease = self.lease
+        return lease_lost(self.cfg.output, self.lease_token, lease is not None, lease.lost if lease else None)
 
     def barrier(self) -> None:
         self.dist.barrier(self.cfg.timeout_s)
@@ -286,6 +314,9 @@ class Engine:
             if self.committed(unit, name, label):
                 skipped += 1
             else:
+                lost = self.lease_lost()  # one small read: stop at once if another job took the output
+                if lost is not None:
+                    raise LeaseLostError(f"{lost}. This job stopped before unit {unit.describe()}")
                 self.process(unit, name, fn, progress, slot)
                 done += 1
             progress.unit_done(unit.nbytes)
