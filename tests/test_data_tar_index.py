@@ -71,7 +71,10 @@ def test_index_is_committed_listed_and_matches_the_tar(wds_out: str) -> None:
     for k, unit in enumerate(manifest["units"]):
         rel = f"part-{k:05d}.tar"
         paths = {f["path"]: f for f in unit["files"]}
-        assert set(paths) == {rel, f"_index/{rel}.idx", f"_index/{rel}.sums"} and tar_index_file(rel) == f"_index/{rel}.idx"
+        assert (
+            set(paths) == {rel, f"_index/{rel}.idx", f"_index/{rel}.sums"}
+            and tar_index_file(rel) == f"_index/{rel}.idx"
+        )
         idx_path = Path(wds_out) / "_index" / f"{rel}.idx"
         assert os.path.getsize(idx_path) == paths[f"_index/{rel}.idx"]["size"]
         data = (Path(wds_out) / rel).read_bytes()
