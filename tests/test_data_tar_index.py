@@ -41,7 +41,7 @@ def _read(out: str, **kw: Any) -> List[Dict[str, Any]]:
 
 
 def _drop_index_from_manifest(out: str) -> None:
-    """The manifest as written before tar indexes existed (block sums kept: test_data_verify.py drops them)."""
+    """The manifest as written before tar indexes existed (block sums kept: see test_data_verify.py)."""
     path = Path(out) / "_SUCCESS"
     m = orjson.loads(path.read_bytes())
     for u in m["units"]:
