@@ -273,3 +273,18 @@ def test_verified_reads_return_the_bytes_asked_for(tmp_path: Path) -> None:
                 assert bytes(rng.choice(reads)(v, a, b)) == data[a:b]
             v.seek(0)
             assert bytes(v.read()) == data
+
+
+def drifting_type(r: Dict[str, Any]) -> Dict[str, Any]:
+    return {"id": r["id"], "v": r["id"] if r["id"] < 40 else float(r["id"])}
+
+
+def test_a_parquet_part_rewritten_at_commit_gets_new_block_sums(tmp_path: Path) -> None:
+    out = tmp_path / "out-pq"
+    m = run_op("transform", make_input(tmp_path, SIZES), out, "--output_format", "parquet", fn=drifting_type)
+    assert m["parquet_schema"]["rewritten_parts"] == 1  # part 0 (int64 v) rewritten as double
+    data = (out / "part-00000.parquet").read_bytes()
+    assert (out / "_index" / "part-00000.parquet.sums").read_bytes() == blocksums.of_bytes(data)
+    recs = list(OutputDataset(str(out)))
+    assert sorted(int(r["id"]) for r in recs) == list(range(sum(SIZES)))
+    assert all(isinstance(r["v"], float) for r in recs)
