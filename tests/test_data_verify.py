@@ -16,7 +16,7 @@ import numpy as np
 import orjson
 import pyarrow.parquet as pq
 import pytest
-from data_testutil import make_input, transform_output
+from data_testutil import ident, make_input, transform_output
 from tdp_testutil import run_op
 from torch.utils.data import DataLoader
 
@@ -288,3 +288,32 @@ def test_a_parquet_part_rewritten_at_commit_gets_new_block_sums(tmp_path: Path) 
     recs = list(OutputDataset(str(out)))
     assert sorted(int(r["id"]) for r in recs) == list(range(sum(SIZES)))
     assert all(isinstance(r["v"], float) for r in recs)
+
+
+@pytest.mark.parametrize("fmt", ["jsonl", "webdataset"])
+def test_parts_above_the_in_memory_limit_are_verified_block_by_block(
+    tmp_path: Path, monkeypatch: Any, fmt: str
+) -> None:
+    """Large parts are indexed from blockwise reads (JSON Lines) or by tarfile over the verified file
+    (a tar without its committed index), never from one whole read: both paths verify too."""
+    monkeypatch.setattr(_formats, "PART_BYTES_LIMIT", 1000)
+    monkeypatch.setattr(_formats, "INDEX_BLOCK", 3000)  # not a block multiple: reads straddle blocks
+    sizes = [40, 900, 30]  # part 1 spans several 64 KiB blocks
+    out = tmp_path / "out"
+    fn = with_tensor if fmt == "webdataset" else ident
+    run_op("transform", make_input(tmp_path, sizes), out, "--output_format", fmt, fn=fn)
+    if fmt == "webdataset":
+        m = orjson.loads((out / "_SUCCESS").read_bytes())
+        for u in m["units"]:
+            u["files"] = [f for f in u["files"] if not f["path"].endswith(".tar.idx")]
+        (out / "_SUCCESS").write_bytes(orjson.dumps(m))
+    assert sorted(int(r["id"]) for r in OutputDataset(str(out))) == list(range(sum(sizes)))
+    part = next(out.glob("part-00001.*"))
+    data = bytearray(part.read_bytes())
+    assert len(data) > 2 * blocksums.BLOCK
+    at = len(data) // 2 if fmt == "jsonl" else data.index(b"\x93NUMPY", len(data) // 2) + 130
+    data[at] ^= 0x04
+    part.write_bytes(bytes(data))
+    _formats.clear_caches()
+    with pytest.raises(PartModifiedError, match=r"part-00001\.\w+: bytes \d+-\d+ \(block [1-9]\d* of"):
+        list(OutputDataset(str(out)))
