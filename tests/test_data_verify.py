@@ -298,7 +298,7 @@ def test_parts_above_the_in_memory_limit_are_verified_block_by_block(
     (a tar without its committed index), never from one whole read: both paths verify too."""
     monkeypatch.setattr(_formats, "PART_BYTES_LIMIT", 1000)
     monkeypatch.setattr(_formats, "INDEX_BLOCK", 3000)  # not a block multiple: reads straddle blocks
-    sizes = [40, 900, 30]  # part 1 spans several 64 KiB blocks
+    sizes = [40, 3000, 30]  # part 1 spans several 64 KiB blocks
     out = tmp_path / "out"
     fn = with_tensor if fmt == "webdataset" else ident
     run_op("transform", make_input(tmp_path, sizes), out, "--output_format", fmt, fn=fn)
