@@ -157,10 +157,12 @@ def _better(r: measure.Result, best: measure.Result | None) -> bool:
 
 def measure_all(a: argparse.Namespace, s: data.Spec, copies: data.Copies) -> list[measure.Result]:
     """``--repeat`` rounds over all readers (round-robin, so load that drifts on a shared machine
-    hits every reader alike); per reader the fastest checked pass is kept."""
+    hits every reader alike; odd rounds in reverse order); per reader the fastest checked pass is kept."""
     best: dict[str, measure.Result | None] = dict.fromkeys(a.methods)
-    for _ in range(max(1, a.repeat)):
-        for method in a.methods:
+    for round_ in range(max(1, a.repeat)):
+        # every other round in reverse: no reader always runs right after the same one (litdata
+        # leaves the machine busier for the next reader for a moment)
+        for method in a.methods if round_ % 2 == 0 else a.methods[::-1]:
             make = functools.partial(readers.build, method, copies, a.parts, a.map_limit)
             want = readers.expected_records(method, s.records, a.map_limit)
             r = measure.run(s, method, make, a.batch_size, a.num_workers, a.mp_context, want)

@@ -112,7 +112,7 @@ class VerifiedFile(io.RawIOBase):
     Reads (``read``, ``read_array``) fetch whole blocks: at most a block before and after the
     range asked for. The last verified fetch is held, so small reads within it (Parquet footers,
     tar headers) cost no second read. ``read(n)`` returns ``bytes``, or with ``zero_copy`` a
-    ``memoryview`` of a fresh buffer (pyarrow takes either without a copy).
+    ``memoryview`` of them where the range was widened (pyarrow takes either without a copy).
     """
 
     def __init__(self, part: Part, raw: Any, block: int, digests: bytes, zero_copy: bool = False) -> None:
@@ -180,7 +180,7 @@ class VerifiedFile(io.RawIOBase):
         self._held = (a, buf)
         return buf[start - a : end - a]
 
-    def _fetch(self, start: int, end: int) -> bytes:
+    def _fetch(self, start: int, end: int) -> Any:
         """Verified bytes ``[start, end)``: one read of whole blocks, no copy when already aligned."""
         a, z = self._span(start, end)
         if a != self.raw.tell():
@@ -195,7 +195,9 @@ class VerifiedFile(io.RawIOBase):
             data += more
         self._verify(a, data)
         self._held = (a, data)
-        return data if (a, z) == (start, end) else data[start - a : end - a]
+        if (a, z) == (start, end):
+            return data
+        return memoryview(data)[start - a : end - a] if self.zero_copy else data[start - a : end - a]
 
     def read(self, size: Optional[int] = -1) -> Any:
         start = self.pos
@@ -206,8 +208,6 @@ class VerifiedFile(io.RawIOBase):
         held = self._held
         if held is not None and held[0] <= start and end <= held[0] + len(held[1]):
             return memoryview(held[1]).cast("B")[start - held[0] : end - held[0]].tobytes()
-        if self.zero_copy:
-            return self.read_array(start, end).data
         return self._fetch(start, end)
 
     def readinto(self, b: Any) -> int:
