@@ -58,7 +58,7 @@ def check_inside(
     """On a local filesystem, ``path`` resolved (symlinks followed) must be inside the output ``root``."""
     if not _is_local(fs):
         return
-    root_fs, root_path = _fs(root, storage_options)
+    _, root_path = _fs(root, storage_options)
     real, base = os.path.realpath(path), os.path.realpath(root_path)
     if os.path.commonpath([real, base]) != base:
         raise OutsideOutputError(
@@ -126,7 +126,7 @@ def open_part(
 ) -> IO[bytes]:
     """The part, open for reading through its checksums (``_verify.py``): a changed byte is an error.
 
-    ``zero_copy``: reads return memoryviews of fresh buffers instead of ``bytes`` (for pyarrow).
+    ``zero_copy``: widened reads return memoryviews of the fetched bytes, not copies (for pyarrow).
     """
     from torchx_datapipes.data import _verify
 
