@@ -317,3 +317,16 @@ def test_parts_above_the_in_memory_limit_are_verified_block_by_block(
     _formats.clear_caches()
     with pytest.raises(PartModifiedError, match=r"part-00001\.\w+: bytes \d+-\d+ \(block [1-9]\d* of"):
         list(OutputDataset(str(out)))
+
+
+def test_a_modified_local_copy_under_cache_dir_is_refused(tmp_path: Path) -> None:
+    out = transform_output(tmp_path, SIZES, "jsonl")
+    cache = tmp_path / "cache"
+    assert len(list(OutputDataset(out, cache_dir=str(cache)))) == sum(SIZES)
+    (copy,) = [p for p in cache.rglob("part-00001.jsonl")]
+    copy.write_bytes(copy.read_bytes().replace(b'"id":55,', b'"id":56,', 1))
+    _formats.clear_caches()  # as in a new process
+    served = _served(lambda: OutputDataset(out, cache_dir=str(cache)))
+    assert not PART1 & set(served)
+    with pytest.raises(PartModifiedError, match=f"of its local copy {re.escape(str(copy))} \\(delete it"):
+        list(OutputDataset(out, cache_dir=str(cache)))

@@ -134,7 +134,7 @@ def open_part(
     fs, path = _fs(url, storage_options if url == part.url else None)
     raw = fs.open(path, "rb")
     try:
-        f: IO[bytes] = _verify.wrap(part, raw, storage_options, zero_copy)
+        f: IO[bytes] = _verify.wrap(part, raw, storage_options, zero_copy, url)
     except BaseException:
         raw.close()
         raise

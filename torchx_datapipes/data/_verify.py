@@ -95,7 +95,7 @@ def _check_whole(part: Part, raw: Any) -> None:
     _WHOLE_OK.add(key)
 
 
-def wrap(part: Part, raw: Any, storage_options: Any, zero_copy: bool = False) -> Any:
+def wrap(part: Part, raw: Any, storage_options: Any, zero_copy: bool = False, source: str = "") -> Any:
     """``raw`` (an open part) as a :class:`VerifiedFile`, or checked whole (no block sums)."""
     if not VERIFY:
         return raw
@@ -103,7 +103,7 @@ def wrap(part: Part, raw: Any, storage_options: Any, zero_copy: bool = False) ->
         _check_whole(part, raw)
         return raw
     block, digests = _load_sums(part, storage_options)
-    return VerifiedFile(part, raw, block, digests, zero_copy)
+    return VerifiedFile(part, raw, block, digests, zero_copy, source)
 
 
 class VerifiedFile(io.RawIOBase):
@@ -115,9 +115,12 @@ class VerifiedFile(io.RawIOBase):
     ``memoryview`` of them where the range was widened (pyarrow takes either without a copy).
     """
 
-    def __init__(self, part: Part, raw: Any, block: int, digests: bytes, zero_copy: bool = False) -> None:
+    def __init__(
+        self, part: Part, raw: Any, block: int, digests: bytes, zero_copy: bool = False, source: str = ""
+    ) -> None:
         super().__init__()
         self.part, self.raw, self.block, self.digests = part, raw, block, digests
+        self.source = source if source and source != part.url else ""  # a local copy (cache_dir)
         self.zero_copy, self.pos = zero_copy, 0
         self._held: Optional[Tuple[int, Any]] = None  # (start, verified bytes from there)
 
@@ -157,9 +160,14 @@ class VerifiedFile(io.RawIOBase):
             if xxhash.xxh3_64_digest(view[off : off + b]) != sums[8 * i : 8 * i + 8]:
                 lo = i * b
                 hi = min(lo + b, self.part.size)
+                copy = (
+                    f" of its local copy {self.source} (delete it to fetch the part again)"
+                    if self.source
+                    else ""
+                )
                 raise _modified(
                     self.part,
-                    f"bytes {lo}-{hi} (block {i} of {len(sums) // 8}) do not match the checksum in"
+                    f"bytes {lo}-{hi} (block {i} of {len(sums) // 8}){copy} do not match the checksum in"
                     f" {self.part.sums[0] if self.part.sums else '_SUCCESS'}",
                 )
 
