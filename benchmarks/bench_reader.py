@@ -26,6 +26,11 @@ each on its own: more records/s than every litdata and HF row, and >= 0.8x the p
 reader, on both data sets. ``--repeat R`` makes R rounds over
 all readers (round-robin) and keeps each reader's fastest pass; on this shared 2-core machine, also
 run the whole script twice and compare.
+
+Checksum verification (issue 23): ``ours-noverify`` / ``ours-wds-noverify`` are ``ours`` /
+``ours-wds`` with it off (the DataLoader rows), and ``--verify-rounds`` alternated in-process passes
+on and off give the reader's own cost without the DataLoader's noise; both are printed as
+``verification ...`` lines (target: under 3%).
 """
 
 from __future__ import annotations
@@ -34,8 +39,10 @@ import argparse
 import functools
 import sys
 import tempfile
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -62,6 +69,13 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     ap.add_argument("--mp-context", default="fork", help="DataLoader worker start method")
     ap.add_argument(
         "--repeat", type=int, default=1, help="rounds over all readers; per reader the fastest is kept"
+    )
+    ap.add_argument(
+        "--verify-rounds",
+        type=int,
+        default=3,
+        help="in-process passes of ours / ours-wds with checksum verification on and off, alternated"
+        " (each setting's fastest is kept); 0 skips",
     )
     ap.add_argument("--workdir", type=Path, default=Path(tempfile.gettempdir()) / "tdp-bench")
     ap.add_argument("--json", type=Path, help="save the results here")
@@ -143,10 +157,12 @@ def _better(r: measure.Result, best: measure.Result | None) -> bool:
 
 def measure_all(a: argparse.Namespace, s: data.Spec, copies: data.Copies) -> list[measure.Result]:
     """``--repeat`` rounds over all readers (round-robin, so load that drifts on a shared machine
-    hits every reader alike); per reader the fastest checked pass is kept."""
+    hits every reader alike; odd rounds in reverse order); per reader the fastest checked pass is kept."""
     best: dict[str, measure.Result | None] = dict.fromkeys(a.methods)
-    for _ in range(max(1, a.repeat)):
-        for method in a.methods:
+    for round_ in range(max(1, a.repeat)):
+        # every other round in reverse: no reader always runs right after the same one (litdata
+        # leaves the machine busier for the next reader for a moment)
+        for method in a.methods if round_ % 2 == 0 else a.methods[::-1]:
             make = functools.partial(readers.build, method, copies, a.parts, a.map_limit)
             want = readers.expected_records(method, s.records, a.map_limit)
             r = measure.run(s, method, make, a.batch_size, a.num_workers, a.mp_context, want)
@@ -156,19 +172,78 @@ def measure_all(a: argparse.Namespace, s: data.Spec, copies: data.Copies) -> lis
     return [r for r in best.values() if r is not None]
 
 
+def verify_cost(results: Sequence[measure.Result]) -> list[str]:
+    """Per data set: the DataLoader passes' time with verification on vs off (issue 23: < 3%)."""
+    lines = []
+    for name in dict.fromkeys(r.dataset for r in results):
+        by = {r.method: r for r in results if r.dataset == name and r.check == "ok"}
+        for on, off in (("ours", "ours-noverify"), ("ours-wds", "ours-wds-noverify")):
+            if on in by and off in by:
+                cost = by[on].seconds / by[off].seconds - 1
+                lines.append(f"{name} [{on}]: DataLoader pass with verification {cost:+.1%} vs off")
+    return lines
+
+
+def _inprocess_pass(s: data.Spec, make: Callable[[], Any]) -> float:
+    """CPU seconds of this process to build the dataset and read every record (no DataLoader, so
+    all the reading is in this process; CPU time, since wall time on a shared machine swings by
+    more than the cost measured); the last element of every record's tensor is touched."""
+    t0 = time.process_time()
+    n = acc = 0
+    for rec in make():
+        acc += int(rec[s.tensor].reshape(-1)[-1])
+        n += 1
+    seconds = time.process_time() - t0
+    if n != s.records:
+        raise RuntimeError(f"{s.name}: an in-process pass read {n} records, expected {s.records}")
+    return seconds
+
+
+def verify_cost_inprocess(a: argparse.Namespace, s: data.Spec, copies: data.Copies) -> list[str]:
+    """``--verify-rounds`` alternated in-process passes with verification on and off, per output;
+    each setting's fastest pass (no DataLoader: the reader's own time, where the cost is largest)."""
+    lines = []
+    for label, path in (("ours", copies.ours), ("ours-wds", copies.ours_wds)):
+        best = {True: float("inf"), False: float("inf")}
+        for _ in range(a.verify_rounds):
+            for on in (True, False):
+                readers.set_verify(on)
+                best[on] = min(best[on], _inprocess_pass(s, functools.partial(_dataset, str(path))))
+        readers.set_verify(True)
+        cost = best[True] / best[False] - 1
+        lines.append(
+            f"{s.name} [{label}]: in-process pass {best[True]:.3f} CPU s verified, {best[False]:.3f} s not:"
+            f" {cost:+.1%} (best of {a.verify_rounds})"
+        )
+    return lines
+
+
+def _dataset(url: str) -> Any:
+    from torchx_datapipes.data import OutputDataset
+
+    return OutputDataset(url)
+
+
 def main(argv: Sequence[str] | None = None) -> list[measure.Result]:
     a = parse_args(argv)
     results: list[measure.Result] = []
     writes: dict[str, dict[str, float]] = {}
+    costs: list[str] = []
     for name in a.datasets:
         s = data.spec(name, a.sizes[name])
         copies = data.prepare(s, a.workdir / "reader-data", a.parts)
         writes[name] = copies.write_s
         results += measure_all(a, s, copies)
+        if a.verify_rounds > 0:
+            costs += verify_cost_inprocess(a, s, copies)
     print_results(results, writes)
+    costs = verify_cost(results) + costs
+    for line in costs:
+        print(f"verification {line}")
     if a.json:
         rows = [{**vars(r), "records_per_s": r.records_per_s, "mb_per_s": r.mb_per_s} for r in results]
-        write_json(a.json, {"rows": rows, "write_s": writes, "targets": judge(results), "sizes": a.sizes})
+        doc = {"rows": rows, "write_s": writes, "targets": judge(results), "sizes": a.sizes}
+        write_json(a.json, {**doc, "verify_cost": costs})
     return results
 
 

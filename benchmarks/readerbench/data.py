@@ -211,6 +211,8 @@ def prepare(s: Spec, cache: Path, parts: int) -> Copies:
     """The three copies of ``s`` under ``cache``, written on first use (then cached)."""
     root = cache / f"{s.name}-n{s.records}-p{parts}"
     marker = root / "_DONE"
+    if marker.exists() and not any((root / "ours" / "_index").glob("*.sums")):
+        marker.unlink()  # a cache from before parts had block checksums: write every copy again
     if marker.exists():
         copies = Copies(root, json.loads(marker.read_text())["write_s"])
         # a cache from before the WebDataset copy, or from before its parts had offset indexes

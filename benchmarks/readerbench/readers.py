@@ -15,6 +15,9 @@ Every reader is handed to the same ``DataLoader(ds, batch_size, num_workers)`` (
   records per 64-record batch, so a full pass would take many minutes.
 - ``ours-wds``: ``OutputDataset`` over our ``--output_format webdataset`` copy (tensors as
   ``.npy`` tar members: no Parquet list decoding).
+- ``ours-noverify``, ``ours-wds-noverify``: ``ours`` and ``ours-wds`` with the reader's checksum
+  verification switched off (``torchx_datapipes.data._verify.VERIFY``, a benchmark-only switch):
+  the baseline its cost is measured against (issue 23). Every other ``ours`` row verifies.
 """
 
 from __future__ import annotations
@@ -28,7 +31,10 @@ from torch.utils.data import IterableDataset, Subset, get_worker_info
 
 from .data import Copies
 
-METHODS = ("pyarrow", "litdata", "hf-map", "hf-iter", "ours", "ours-shuffle", "ours-map", "ours-wds")
+METHODS = (
+    "pyarrow", "litdata", "hf-map", "hf-iter", "ours", "ours-shuffle", "ours-map", "ours-wds",
+    "ours-noverify", "ours-wds-noverify",
+)  # fmt: skip
 BATCH_ROWS = 4096  # rows per pyarrow batch of the plain reader
 
 
@@ -74,10 +80,18 @@ def _litdata(c: Copies) -> Any:
     return StreamingDataset(str(c.litdata))
 
 
-def _ours(wds: bool = False, **kw: Any) -> Callable[[Copies], Any]:
+def set_verify(on: bool) -> None:
+    """Switch the reader's checksum verification (DataLoader workers fork after it and inherit it)."""
+    from torchx_datapipes.data import _verify
+
+    _verify.VERIFY = on
+
+
+def _ours(wds: bool = False, verify: bool = True, **kw: Any) -> Callable[[Copies], Any]:
     def make(c: Copies) -> Any:
         from torchx_datapipes.data import OutputDataset
 
+        set_verify(verify)
         return OutputDataset(str(c.ours_wds if wds else c.ours), **kw)
 
     return make
@@ -87,6 +101,7 @@ def _ours_map(limit: int) -> Callable[[Copies], Any]:
     def make(c: Copies) -> Any:
         from torchx_datapipes.data import OutputDataset
 
+        set_verify(True)
         ds = OutputDataset.map_style(str(c.ours))
         return Subset(ds, range(limit)) if limit < len(ds) else ds
 
@@ -109,5 +124,7 @@ def build(method: str, c: Copies, parts: int, map_limit: int) -> Any:
         "ours-shuffle": _ours(shuffle=True, seed=0),
         "ours-map": _ours_map(map_limit),
         "ours-wds": _ours(wds=True),
+        "ours-noverify": _ours(verify=False),
+        "ours-wds-noverify": _ours(wds=True, verify=False),
     }
     return makers[method](c)

@@ -13,7 +13,7 @@ from typing import IO, Any, Dict, List, Mapping, Optional, Set, Tuple, cast
 import numpy as np
 from fsspec.core import url_to_fs
 
-from torchx_datapipes.data._parts import Part
+from torchx_datapipes.data._parts import OutsideOutputError, Part
 
 # (url, size) pairs whose size was checked in this process: a check costs one stat per part
 _CHECKED: Set[Tuple[str, int]] = set()
@@ -23,8 +23,11 @@ def _fs(url: str, storage_options: Optional[Mapping[str, Any]]) -> Tuple[Any, st
     return url_to_fs(url, **dict(storage_options or {}))
 
 
-def read_small(url: str, storage_options: Optional[Mapping[str, Any]]) -> bytes:
+def read_small(url: str, storage_options: Optional[Mapping[str, Any]], root: Optional[str] = None) -> bytes:
+    """A small file's bytes; with ``root``, a manifest-listed file that must stay inside the output."""
     fs, path = _fs(url, storage_options)
+    if root is not None:
+        check_inside(fs, path, url, root, storage_options)
     with fs.open(path, "rb") as f:
         data: bytes = f.read()
     return data
@@ -44,10 +47,33 @@ class PartSizeError(ValueError):
         return (type(self), (self.url, self.expected, self.actual))
 
 
+def _is_local(fs: Any) -> bool:
+    protocol = fs.protocol if isinstance(fs.protocol, str) else fs.protocol[0]
+    return protocol in ("file", "local")
+
+
+def check_inside(
+    fs: Any, path: str, url: str, root: str, storage_options: Optional[Mapping[str, Any]]
+) -> None:
+    """On a local filesystem, ``path`` resolved (symlinks followed) must be inside the output ``root``."""
+    if not _is_local(fs):
+        return
+    _, root_path = _fs(root, storage_options)
+    real, base = os.path.realpath(path), os.path.realpath(root_path)
+    if os.path.commonpath([real, base]) != base:
+        raise OutsideOutputError(
+            f"{url} (listed in {root}/_SUCCESS) resolves to {real}, outside the output directory"
+            f" {base}: a symlink leads out of the output, and this reader only reads files inside it."
+            " Replace the symlink by the file, or re-run the job with --overwrite True"
+        )
+
+
 def _check_size(part: Part, url: str, storage_options: Optional[Mapping[str, Any]]) -> None:
     if (url, part.size) in _CHECKED:
         return
     fs, path = _fs(url, storage_options)
+    if url == part.url and part.root:
+        check_inside(fs, path, url, part.root, storage_options)
     try:
         actual = int(fs.size(path))
     except FileNotFoundError as e:
@@ -93,11 +119,25 @@ def local_or_remote(
 
 
 def open_part(
-    part: Part, storage_options: Optional[Mapping[str, Any]], cache_dir: Optional[str]
+    part: Part,
+    storage_options: Optional[Mapping[str, Any]],
+    cache_dir: Optional[str],
+    zero_copy: bool = False,
 ) -> IO[bytes]:
+    """The part, open for reading through its checksums (``_verify.py``): a changed byte is an error.
+
+    ``zero_copy``: widened reads return memoryviews of the fetched bytes, not copies (for pyarrow).
+    """
+    from torchx_datapipes.data import _verify
+
     url = local_or_remote(part, storage_options, cache_dir)
     fs, path = _fs(url, storage_options if url == part.url else None)
-    f: IO[bytes] = fs.open(path, "rb")
+    raw = fs.open(path, "rb")
+    try:
+        f: IO[bytes] = _verify.wrap(part, raw, storage_options, zero_copy, url)
+    except BaseException:
+        raw.close()
+        raise
     return f
 
 
@@ -130,6 +170,9 @@ def read_into(
     """
     out: List[np.ndarray] = []
     with open_part(part, storage_options, cache_dir) as f:
+        read_array = getattr(f, "read_array", None)
+        if read_array is not None:  # verified: each range widened to whole blocks, hashed, then a view
+            return [read_array(start, end) for start, end in ranges]
         readinto, pos = cast(Any, f).readinto, -1
         for start, end in ranges:
             buf = np.empty(end - start, np.uint8)

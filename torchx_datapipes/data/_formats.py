@@ -108,11 +108,13 @@ def read_ranges(
 
 
 def clear_caches() -> None:
-    """Forget this process's offset indexes, footers, kept bytes and row groups (tests, rewrites)."""
-    from torchx_datapipes.data import _lines, _parquet, _tar
+    """Forget this process's indexes, footers, kept bytes, row groups and checksums (tests, rewrites)."""
+    from torchx_datapipes.data import _lines, _parquet, _tar, _verify
 
     for cache in (_parquet._RG_CACHE, _parquet._PQ_META, _lines._LINE_INDEX, _tar._TAR_INDEX, _PART_BYTES):
         cache.clear()
+    _verify._SUMS.clear()
+    _verify._WHOLE_OK.clear()
 
 
 def part_format(output_format: str) -> PartFormat:

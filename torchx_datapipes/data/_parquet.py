@@ -33,7 +33,7 @@ class ParquetFormat:
             _arrow()  # a missing pyarrow: the install hint
             import pyarrow.parquet as pq
 
-            with _files.open_part(part, opts.storage_options, opts.cache_dir) as f:
+            with _files.open_part(part, opts.storage_options, opts.cache_dir, True) as f:  # zero-copy
                 _PQ_META[key] = pq.ParquetFile(f).metadata
         return _PQ_META[key]
 
@@ -54,7 +54,7 @@ class ParquetFormat:
         import pyarrow.parquet as pq
 
         cols = list(opts.columns) if opts.columns is not None else None
-        with _files.open_part(part, opts.storage_options, opts.cache_dir) as f:
+        with _files.open_part(part, opts.storage_options, opts.cache_dir, True) as f:  # zero-copy
             pf = pq.ParquetFile(f, metadata=self._meta(part, opts))
             return pf.read_row_groups(groups, columns=cols)
 
@@ -75,7 +75,7 @@ class ParquetFormat:
 
         arrow = _arrow()
         cols = list(opts.columns) if opts.columns is not None else None
-        with _files.open_part(part, opts.storage_options, opts.cache_dir) as f:
+        with _files.open_part(part, opts.storage_options, opts.cache_dir, True) as f:  # zero-copy
             pf = pq.ParquetFile(f, metadata=self._meta(part, opts))
             pos = 0
             for batch in pf.iter_batches(batch_size=STREAM_ROWS, row_groups=[chunk], columns=cols):

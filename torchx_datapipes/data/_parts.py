@@ -9,7 +9,8 @@ from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 import orjson
 
-from torchx_datapipes.io.layout import SUCCESS, tar_index_file
+from torchx_datapipes.errors import DatapipesError
+from torchx_datapipes.io.layout import SUCCESS, block_sums_file, tar_index_file
 
 FORMATS = ("jsonl", "parquet", "webdataset")
 
@@ -18,7 +19,9 @@ FORMATS = ("jsonl", "parquet", "webdataset")
 class Part:
     """One committed part file: its URL, relative path, size in bytes and record count.
 
-    ``index``: ``(url, size, xxh3_128)`` of a WebDataset part's committed offset index, if any.
+    ``index``: ``(url, size, xxh3_128)`` of a WebDataset part's committed offset index, if any;
+    ``sums``: the same of its block checksums (``io/blocksums.py``), None for outputs written
+    before them; ``xxh3_128``: the whole part's checksum; ``root``: the output directory.
     """
 
     url: str
@@ -26,6 +29,37 @@ class Part:
     size: int
     records: int
     index: Optional[Tuple[str, int, str]] = None
+    sums: Optional[Tuple[str, int, str]] = None
+    xxh3_128: Optional[str] = None
+    root: str = ""
+
+
+class OutsideOutputError(DatapipesError, ValueError):
+    """A path from the manifest leads outside the output directory (``..``, absolute, a symlink)."""
+
+
+def confined(url: str, path: Any, what: str) -> str:
+    """``path`` if it names a file inside the output ``url``; else a ValueError naming the entry.
+
+    A manifest path is relative, with no ``..``, ``.`` or empty component: an edited ``_SUCCESS``
+    must not make a reader serve a file outside the output (symlinks are checked when a local
+    file is opened, ``_files.check_inside``).
+    """
+    bad = ""
+    if not isinstance(path, str) or not path:
+        bad = "it is not a non-empty string"
+    elif path.startswith(("/", "\\")) or "://" in path or (len(path) > 1 and path[1] == ":"):
+        bad = "it is absolute"
+    elif any(c in ("", ".", "..") for c in path.replace("\\", "/").split("/")):
+        bad = "it has a '..', '.' or empty component"
+    if bad:
+        raise OutsideOutputError(
+            f"{url}/_SUCCESS: {what} {path!r} points outside the output directory ({bad}): the"
+            " manifest was edited or damaged after the commit, and this reader only reads files"
+            " inside the output. Re-run the job with --overwrite True to rewrite the output, or"
+            " restore its _SUCCESS"
+        )
+    return path
 
 
 def _read_success(url: str, storage_options: Optional[Mapping[str, Any]]) -> Dict[str, Any]:
@@ -77,10 +111,17 @@ def _check_split(url: str, manifest: Mapping[str, Any], split: Optional[str]) ->
         raise ValueError(f"split {split!r} does not exist in {url}; available splits: {splits}")
 
 
+def _side(url: str, f: Optional[Mapping[str, Any]]) -> Optional[Tuple[str, int, str]]:
+    if f is None:
+        return None
+    return (f"{url.rstrip('/')}/{f['path']}", int(f["size"]), str(f.get("xxh3_128")))
+
+
 def _unit_parts(url: str, unit: Mapping[str, Any], split: Optional[str]) -> List[Part]:
-    files = {f["path"]: f for f in unit.get("files", [])}
+    unit_name = f"unit {unit.get('unit')}"
+    files = {confined(url, f.get("path"), f"{unit_name} files entry"): f for f in unit.get("files", [])}
     sizes = {p: int(f["size"]) for p, f in files.items()}
-    outputs = list(unit.get("outputs", []))
+    outputs = [confined(url, p, f"{unit_name} output") for p in unit.get("outputs", [])]
     if split is not None:
         outputs = [p for p in outputs if p.startswith(f"{split}/")]
         counts = [int(unit.get("counts", {}).get(split, 0))] * len(outputs)
@@ -95,10 +136,10 @@ def _unit_parts(url: str, unit: Mapping[str, Any], split: Optional[str]) -> List
     for path, n in zip(outputs, counts):
         if path not in sizes:
             raise ValueError(f"{url}/_SUCCESS: part {path} has no 'files' entry (size); rerun the job")
-        idx = files.get(tar_index_file(path))
-        if idx is not None:
-            idx = (f"{url.rstrip('/')}/{idx['path']}", int(idx["size"]), str(idx.get("xxh3_128")))
-        parts.append(Part(f"{url.rstrip('/')}/{path}", path, sizes[path], n, idx))
+        idx, sums = _side(url, files.get(tar_index_file(path))), _side(url, files.get(block_sums_file(path)))
+        digest = files[path].get("xxh3_128")
+        root = url.rstrip("/")
+        parts.append(Part(f"{root}/{path}", path, sizes[path], n, idx, sums, digest and str(digest), root))
     return parts
 
 

@@ -18,7 +18,7 @@ import numpy as np
 from torchx_datapipes.data import _files, _formats
 from torchx_datapipes.data._decode import Columns, MemberDecoder, member_decoder, member_field
 from torchx_datapipes.data._formats import Chunk, ReadOptions, Record
-from torchx_datapipes.data._parts import Part
+from torchx_datapipes.data._parts import OutsideOutputError, Part
 from torchx_datapipes.io.checksum import sum_bytes
 from torchx_datapipes.io.tarindex import TarIndex, decode, from_members
 
@@ -80,10 +80,12 @@ def _committed_index(part: Part, opts: ReadOptions) -> Optional[TarIndex]:
     assert part.index is not None
     url, size, digest = part.index
     try:
-        data = _files.read_small(url, opts.storage_options)
+        data = _files.read_small(url, opts.storage_options, part.root)
         if len(data) != size or sum_bytes(data) != digest:
             raise ValueError(f"it is {len(data)} bytes, or its checksum differs from the manifest's")
         return decode(data, part.size, part.records)
+    except OutsideOutputError:
+        raise
     except (OSError, ValueError) as e:
         warnings.warn(
             f"{url} cannot be used ({e}): it was modified after the commit; reading {part.url}"

@@ -14,6 +14,7 @@ from typing import Any, Dict, List, Optional, Sequence
 
 import xxhash
 
+from torchx_datapipes.io.blocksums import BlockHasher
 from torchx_datapipes.io.fs import fs_and_path, join
 from torchx_datapipes.io.layout import tmp_beside
 
@@ -38,12 +39,17 @@ def located(e: OSError, url: str) -> OSError:
 
 
 class SummingFile:
-    """A write-only file handle wrapper that counts bytes and hashes them as they pass."""
+    """A write-only file handle wrapper that counts bytes and hashes them as they pass.
+
+    The whole file's xxh3_128, and (``blocks``) each 64 KiB block's xxh3_64 for readers that
+    verify what they read (io/blocksums.py).
+    """
 
     def __init__(self, fh: Any, url: str) -> None:
         self.fh, self.url = fh, url
         self.size = 0
         self._h = xxhash.xxh3_128()
+        self.blocks = BlockHasher()
 
     def write(self, data: Any) -> int:
         view = memoryview(data).cast("B")
@@ -52,6 +58,7 @@ class SummingFile:
         except OSError as e:
             raise located(e, self.url) from e
         self._h.update(view)
+        self.blocks.update(view)
         self.size += len(view)
         return int(n) if n is not None else len(view)
 

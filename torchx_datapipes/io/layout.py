@@ -2,7 +2,8 @@
 
 An output directory holds the committed parts (``part-NNNNN.<ext>``, under ``<split>/`` for
 split), per-unit commit records and side files (``_units/``), bad records (``_errors/``), the
-offset indexes of WebDataset parts (``_index/part-NNNNN.tar.idx`` beside each part), the
+offset indexes of WebDataset parts (``_index/part-NNNNN.tar.idx`` beside each part), every
+part's block checksums (``_index/part-NNNNN.<ext>.sums``), the
 output lease (``_LEASE``, renamed ``_LEASE.stale-<token>`` when taken over), temporary files of
 atomic writes (``.tmp-<uuid>-<name>``, renamed into place or removed), and last the manifest
 ``_SUCCESS``. Anything starting with ``_`` or ``.`` is bookkeeping, never data. What of a directory
@@ -35,6 +36,12 @@ def tar_index_file(part: str) -> str:
     """
     parent, _, base = part.rpartition("/")
     return f"{parent}/{INDEX_DIR}/{base}.idx" if parent else f"{INDEX_DIR}/{base}.idx"
+
+
+def block_sums_file(part: str) -> str:
+    """``_index/part-00007.jsonl.sums`` beside ``part-00007.jsonl``: its block checksums (io/blocksums.py)."""
+    parent, _, base = part.rpartition("/")
+    return f"{parent}/{INDEX_DIR}/{base}.sums" if parent else f"{INDEX_DIR}/{base}.sums"
 
 
 def unit_file(unit_name: str, suffix: str = "json") -> str:

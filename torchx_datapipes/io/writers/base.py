@@ -9,9 +9,10 @@ library error for a record.
 import os
 from typing import Any, List, Optional, Tuple
 
-from torchx_datapipes.io.checksum import FileSum, SummingFile, located
+from torchx_datapipes.io import blocksums
+from torchx_datapipes.io.checksum import FileSum, SummingFile, located, sum_bytes, write_file
 from torchx_datapipes.io.fs import fs_and_path
-from torchx_datapipes.io.layout import tmp_beside
+from torchx_datapipes.io.layout import block_sums_file, tmp_beside
 
 Failures = List[Tuple[int, str]]
 
@@ -29,6 +30,7 @@ class BasePart:
         self.records = 0  # records written
         self.offered = 0  # records passed to write(), written or not (WebDataset keys count these)
         self.committed = False
+        self.sums_sum: Optional[Tuple[int, str]] = None  # (size, checksum) of the block sums file
         self.schema: Optional[bytes] = None  # the part's Arrow schema, serialized (Parquet only)
 
     def open_tmp(self) -> None:
@@ -70,6 +72,10 @@ class BasePart:
             self.abort()
             raise
         self.committed = True
+        # the part's block checksums beside it (atomic; the unit's record lists it after)
+        data = blocksums.encode(self.fh.size, self.fh.blocks.digests())
+        write_file(block_sums_file(self.url), data)
+        self.sums_sum = (len(data), sum_bytes(data))
 
     def file_sum(self, rel: str) -> FileSum:
         """The committed part's size and checksum, recorded under ``rel`` (relative to the output)."""
@@ -78,8 +84,11 @@ class BasePart:
         return FileSum(rel, self.fh.size, self.fh.hexdigest())
 
     def file_sums(self, rel: str) -> List[FileSum]:
-        """Every file the committed part consists of (the part, and any side file such as an index)."""
-        return [self.file_sum(rel)]
+        """Every file the committed part consists of: the part, its block sums, any other side file."""
+        if self.sums_sum is None:
+            raise RuntimeError(f"{self.url} is not committed")
+        size, digest = self.sums_sum
+        return [self.file_sum(rel), FileSum(block_sums_file(rel), size, digest)]
 
     def abort(self) -> None:
         try:

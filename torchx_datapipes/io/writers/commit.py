@@ -4,8 +4,8 @@ Every unit's commit record holds its parts' Arrow schemas (``schemas``: rel path
 the serialized schema). At commit the schemas are unified in unit order (io/writers/arrow.py:
 permissive widening, tensor rules), so the result depends on the input alone, never on ``-j``.
 Each part whose schema differs is rewritten (atomically) with the unified schema, and its unit's
-commit record is rewritten with the part's new size and checksum and schema. A kill between the
-two leaves a part that does not match its record: the relaunch redoes that unit, then unifies
+commit record is rewritten with the part's new size, checksum, block sums and schema. A kill between
+the two leaves a part that does not match its record: the relaunch redoes that unit, then unifies
 again.
 """
 
@@ -15,8 +15,10 @@ from typing import Any, Callable, Dict, List, Sequence
 
 from torchx_datapipes.errors import DatapipesError
 from torchx_datapipes.io import manifest as mf
+from torchx_datapipes.io.blocksums import of_bytes
 from torchx_datapipes.io.checksum import write_summed
 from torchx_datapipes.io.fs import join, read_bytes
+from torchx_datapipes.io.layout import block_sums_file
 from torchx_datapipes.io.units import Unit
 
 
@@ -68,8 +70,11 @@ def unify_parts(
             ) from e
         buf = io.BytesIO()
         pq.write_table(table, buf, row_group_size=ROW_GROUP_ROWS)
-        fsum = write_summed(output, rel, buf.getvalue()).to_json()
-        m["files"] = [fsum if f["path"] == rel else f for f in m["files"]]
+        data = buf.getvalue()
+        fsum = write_summed(output, rel, data).to_json()
+        ssum = write_summed(output, block_sums_file(rel), of_bytes(data)).to_json()
+        new = {rel: fsum, ssum["path"]: ssum}
+        m["files"] = [new.pop(f["path"], f) for f in m["files"]] + list(new.values())
         m["schemas"][rel] = encode_schema(target.serialize().to_pybytes())
         mf.write_unit_meta(output, meta_name(m), m)
         rewritten += 1

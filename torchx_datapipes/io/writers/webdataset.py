@@ -89,7 +89,7 @@ class WebDatasetPart(BasePart):
         if self.index_sum is None:
             raise RuntimeError(f"{self.url} is not committed")
         size, digest = self.index_sum
-        return [self.file_sum(rel), FileSum(tar_index_file(rel), size, digest)]
+        return [*super().file_sums(rel), FileSum(tar_index_file(rel), size, digest)]
 
     def abort(self) -> None:
         super().abort()  # the part is thrown away: no end of archive is written
