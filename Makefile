@@ -48,6 +48,7 @@ demo: install
 
 lint: install-dev
 	$(BIN)/ruff check .
+	$(BIN)/lint-imports .importlinter
 	$(BIN)/ruff format --check torchx_datapipes tests components examples benchmarks
 
 typecheck: install-dev

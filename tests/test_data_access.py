@@ -17,7 +17,15 @@ from s3_fixture import S3Server
 from torch.utils.data import DataLoader
 from torchdata.nodes import Batcher, Loader
 
-from torchx_datapipes.data import OutputDataset, OutputMapDataset, _files, _formats, _parquet, merge_states
+from torchx_datapipes.data import (
+    OutputDataset,
+    OutputMapDataset,
+    _files,
+    _formats,
+    _parquet,
+    _registry,
+    merge_states,
+)
 
 N = 157
 
@@ -179,11 +187,11 @@ def test_s3_on_moto(outs: dict, s3_server: S3Server, tmp_path: Path) -> None:
 def test_parts_above_the_memory_limit_are_indexed_in_blocks(
     outs: dict, fmt: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    _formats.clear_caches()
+    _registry.clear_caches()
     monkeypatch.setattr(_formats, "PART_BYTES_LIMIT", 1000)  # every part is "large"
     monkeypatch.setattr(_formats, "INDEX_BLOCK", 777)  # lines and members straddle blocks
     opened = _count_opens(monkeypatch)
     assert ids(list(OutputDataset(outs[fmt], shuffle=True, shuffle_window=40))) != list(range(N))
     assert sorted(ids(list(OutputDataset(outs[fmt], shuffle=True)))) == list(range(N))
     assert not _formats._PART_BYTES and len(opened) > 3  # chunks read from the parts again
-    _formats.clear_caches()
+    _registry.clear_caches()

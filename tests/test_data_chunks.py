@@ -7,7 +7,7 @@ import pytest
 from data_testutil import ids, loader_ids, transform_output
 from torchdata.stateful_dataloader import StatefulDataLoader
 
-from torchx_datapipes.data import OutputDataset, _formats
+from torchx_datapipes.data import OutputDataset, _formats, _registry
 from torchx_datapipes.data._parts import Part, load_parts
 
 SIZES = [60, 50, 47]
@@ -49,7 +49,7 @@ def small_chunks(request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: py
     out = transform_output(tmp_path, SIZES, request.param)
     _, parts = load_parts(out, None, None)
     monkeypatch.setattr(_formats, "CHUNK_BYTES", min(p.size for p in parts) // 5)
-    _formats.clear_caches()
+    _registry.clear_caches()
     assert all(1 < _formats.chunk_records(p) < p.records for p in parts), [p.size for p in parts]
     return out
 

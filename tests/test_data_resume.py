@@ -7,7 +7,7 @@ import pytest
 from data_testutil import transform_output
 from torchdata.stateful_dataloader import StatefulDataLoader
 
-from torchx_datapipes.data import OutputDataset, _files, _formats, merge_states
+from torchx_datapipes.data import OutputDataset, _files, _registry, merge_states
 
 N = 389  # prime
 
@@ -58,7 +58,7 @@ def test_mid_epoch_resume_gives_the_rest_in_order(out: str, nw: int, bs: Optiona
 def test_resume_does_not_read_the_skipped_parts(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     out = transform_output(tmp_path, [50, 50, 50, 50], "jsonl")
     first, state = _take(_loader(OutputDataset(out), 0, 10), 12)  # 120 records: parts 0, 1, 2 started
-    _formats.clear_caches()  # as a restarted process: nothing indexed or kept yet
+    _registry.clear_caches()  # as a restarted process: nothing indexed or kept yet
     opened: List[str] = []
     real = _files.open_part
     monkeypatch.setattr(_files, "open_part", lambda part, *a: opened.append(part.path) or real(part, *a))

@@ -16,8 +16,8 @@ from tdp_testutil import run_op
 
 from torchx_datapipes.data import OutputDataset, _tar
 from torchx_datapipes.data._decode import member_decoder
-from torchx_datapipes.data._formats import clear_caches
 from torchx_datapipes.data._parts import load_parts
+from torchx_datapipes.data._registry import clear_caches
 from torchx_datapipes.io.layout import tar_index_file
 from torchx_datapipes.io.tarindex import decode
 

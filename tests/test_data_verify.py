@@ -20,7 +20,7 @@ from data_testutil import ident, make_input, transform_output
 from tdp_testutil import run_op
 from torch.utils.data import DataLoader
 
-from torchx_datapipes.data import OutputDataset, _formats, _verify
+from torchx_datapipes.data import OutputDataset, _formats, _registry, _verify
 from torchx_datapipes.data._parts import OutsideOutputError
 from torchx_datapipes.data._verify import PartModifiedError
 from torchx_datapipes.io import blocksums
@@ -135,7 +135,7 @@ def test_an_output_without_block_sums_is_verified_whole_with_a_warning(tmp_path:
         assert sorted(int(r["id"]) for r in OutputDataset(out)) == list(range(sum(SIZES)))
     part = Path(out) / "part-00001.jsonl"
     part.write_bytes(part.read_bytes().replace(b'"id":55,', b'"id":56,', 1))
-    _formats.clear_caches()  # as in a new process
+    _registry.clear_caches()  # as in a new process
     _verify._WARNED.clear()
     with pytest.warns(UserWarning):
         served = _served(lambda: OutputDataset(out))
@@ -314,7 +314,7 @@ def test_parts_above_the_in_memory_limit_are_verified_block_by_block(
     at = len(data) // 2 if fmt == "jsonl" else data.index(b"\x93NUMPY", len(data) // 2) + 130
     data[at] ^= 0x04
     part.write_bytes(bytes(data))
-    _formats.clear_caches()
+    _registry.clear_caches()
     with pytest.raises(PartModifiedError, match=r"part-00001\.\w+: bytes \d+-\d+ \(block [1-9]\d* of"):
         list(OutputDataset(str(out)))
 
@@ -325,7 +325,7 @@ def test_a_modified_local_copy_under_cache_dir_is_refused(tmp_path: Path) -> Non
     assert len(list(OutputDataset(out, cache_dir=str(cache)))) == sum(SIZES)
     (copy,) = [p for p in cache.rglob("part-00001.jsonl")]
     copy.write_bytes(copy.read_bytes().replace(b'"id":55,', b'"id":56,', 1))
-    _formats.clear_caches()  # as in a new process
+    _registry.clear_caches()  # as in a new process
     served = _served(lambda: OutputDataset(out, cache_dir=str(cache)))
     assert not PART1 & set(served)
     with pytest.raises(PartModifiedError, match=f"of its local copy {re.escape(str(copy))} \\(delete it"):

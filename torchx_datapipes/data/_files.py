@@ -11,26 +11,12 @@ import uuid
 from typing import IO, Any, Dict, List, Mapping, Optional, Set, Tuple, cast
 
 import numpy as np
-from fsspec.core import url_to_fs
 
-from torchx_datapipes.data._parts import OutsideOutputError, Part
+from torchx_datapipes.data._part import Part
+from torchx_datapipes.data._paths import _fs, check_inside
 
 # (url, size) pairs whose size was checked in this process: a check costs one stat per part
 _CHECKED: Set[Tuple[str, int]] = set()
-
-
-def _fs(url: str, storage_options: Optional[Mapping[str, Any]]) -> Tuple[Any, str]:
-    return url_to_fs(url, **dict(storage_options or {}))
-
-
-def read_small(url: str, storage_options: Optional[Mapping[str, Any]], root: Optional[str] = None) -> bytes:
-    """A small file's bytes; with ``root``, a manifest-listed file that must stay inside the output."""
-    fs, path = _fs(url, storage_options)
-    if root is not None:
-        check_inside(fs, path, url, root, storage_options)
-    with fs.open(path, "rb") as f:
-        data: bytes = f.read()
-    return data
 
 
 class PartSizeError(ValueError):
@@ -45,27 +31,6 @@ class PartSizeError(ValueError):
 
     def __reduce__(self) -> Any:
         return (type(self), (self.url, self.expected, self.actual))
-
-
-def _is_local(fs: Any) -> bool:
-    protocol = fs.protocol if isinstance(fs.protocol, str) else fs.protocol[0]
-    return protocol in ("file", "local")
-
-
-def check_inside(
-    fs: Any, path: str, url: str, root: str, storage_options: Optional[Mapping[str, Any]]
-) -> None:
-    """On a local filesystem, ``path`` resolved (symlinks followed) must be inside the output ``root``."""
-    if not _is_local(fs):
-        return
-    _, root_path = _fs(root, storage_options)
-    real, base = os.path.realpath(path), os.path.realpath(root_path)
-    if os.path.commonpath([real, base]) != base:
-        raise OutsideOutputError(
-            f"{url} (listed in {root}/_SUCCESS) resolves to {real}, outside the output directory"
-            f" {base}: a symlink leads out of the output, and this reader only reads files inside it."
-            " Replace the symlink by the file, or re-run the job with --overwrite True"
-        )
 
 
 def _check_size(part: Part, url: str, storage_options: Optional[Mapping[str, Any]]) -> None:

@@ -105,26 +105,3 @@ def read_ranges(
         return _files.read_ranges(part, ranges, storage_options, cache_dir)
     _PART_BYTES.move_to_end((part.url, part.size))
     return {k: data[a:b] for k, (a, b) in ranges.items()}
-
-
-def clear_caches() -> None:
-    """Forget this process's indexes, footers, kept bytes, row groups and checksums (tests, rewrites)."""
-    from torchx_datapipes.data import _lines, _parquet, _tar, _verify
-
-    for cache in (_parquet._RG_CACHE, _parquet._PQ_META, _lines._LINE_INDEX, _tar._TAR_INDEX, _PART_BYTES):
-        cache.clear()
-    _verify._SUMS.clear()
-    _verify._WHOLE_OK.clear()
-
-
-def part_format(output_format: str) -> PartFormat:
-    from torchx_datapipes.data._lines import JsonlFormat
-    from torchx_datapipes.data._parquet import ParquetFormat
-    from torchx_datapipes.data._tar import TarFormat
-
-    formats: Dict[str, PartFormat] = {
-        "parquet": ParquetFormat(),
-        "jsonl": JsonlFormat(),
-        "webdataset": TarFormat(),
-    }
-    return formats[output_format]

@@ -15,7 +15,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from torchx_datapipes.data import _files, _formats
+from torchx_datapipes.data import _files, _formats, _paths
 from torchx_datapipes.data._decode import Columns, MemberDecoder, member_decoder, member_field
 from torchx_datapipes.data._formats import Chunk, ReadOptions, Record
 from torchx_datapipes.data._parts import OutsideOutputError, Part
@@ -80,7 +80,7 @@ def _committed_index(part: Part, opts: ReadOptions) -> Optional[TarIndex]:
     assert part.index is not None
     url, size, digest = part.index
     try:
-        data = _files.read_small(url, opts.storage_options, part.root)
+        data = _paths.read_small(url, opts.storage_options, part.root)
         if len(data) != size or sum_bytes(data) != digest:
             raise ValueError(f"it is {len(data)} bytes, or its checksum differs from the manifest's")
         return decode(data, part.size, part.records)

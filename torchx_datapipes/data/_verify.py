@@ -21,7 +21,8 @@ from typing import Any, Dict, Optional, Set, Tuple
 import numpy as np
 import xxhash
 
-from torchx_datapipes.data._parts import Part
+from torchx_datapipes.data._part import Part
+from torchx_datapipes.data._paths import read_small
 from torchx_datapipes.errors import DatapipesError
 from torchx_datapipes.io import blocksums
 
@@ -46,7 +47,6 @@ def _modified(part: Part, what: str) -> PartModifiedError:
 def _load_sums(part: Part, storage_options: Any) -> Tuple[int, bytes]:
     key = (part.url, part.size)
     if key not in _SUMS:
-        from torchx_datapipes.data._files import read_small
         from torchx_datapipes.io.checksum import sum_bytes
 
         assert part.sums is not None

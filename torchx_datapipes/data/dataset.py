@@ -11,13 +11,14 @@ from typing import TYPE_CHECKING, Any, Dict, Iterator, List, Mapping, Optional, 
 import torch.utils.data
 
 from torchx_datapipes.data import _args, _parquet
+from torchx_datapipes.data._columns import check_columns_exist
 from torchx_datapipes.data._decode import Columns
-from torchx_datapipes.data._formats import Chunk, PartFormat, ReadOptions, Record, part_format
+from torchx_datapipes.data._formats import Chunk, PartFormat, ReadOptions, Record
 from torchx_datapipes.data._order import EpochOrder, distinct
-from torchx_datapipes.data._parquet import ParquetFormat
 from torchx_datapipes.data._parts import Part, load_parts
 from torchx_datapipes.data._plan import Interval, pieces, plan_len, rank_span, split_span
 from torchx_datapipes.data._prefetch import read_ahead
+from torchx_datapipes.data._registry import part_format
 from torchx_datapipes.data._state import EPOCH_KEYS, VERSION, chunks_digest, plan_from_json, plan_to_json
 from torchx_datapipes.data._streams import ChunkStream, OpenStream, gather
 
@@ -58,15 +59,6 @@ def all_chunk_sizes(fmt: PartFormat, parts: Sequence[Part], opts: ReadOptions) -
         return [fmt.chunk_sizes(p, opts) for p in parts]
     with ThreadPoolExecutor(max_workers=min(8, len(parts)), thread_name_prefix="tdp-footers") as pool:
         return list(pool.map(lambda p: fmt.chunk_sizes(p, opts), parts))
-
-
-def check_columns_exist(fmt: str, parts: Sequence[Part], opts: ReadOptions) -> None:
-    if opts.columns is None or fmt != "parquet" or not parts:
-        return
-    names = ParquetFormat().schema_names(parts[0], opts)
-    missing = [c for c in opts.columns if c not in names]
-    if missing:
-        raise ValueError(f"columns {missing} are not in {parts[0].url}; its columns: {names}")
 
 
 class OutputDataset(torch.utils.data.IterableDataset):  # type: ignore[type-arg]

@@ -12,9 +12,11 @@ import numpy as np
 import torch.utils.data
 
 from torchx_datapipes.data import _args
-from torchx_datapipes.data._formats import ReadOptions, Record, part_format
+from torchx_datapipes.data._columns import check_columns_exist
+from torchx_datapipes.data._formats import ReadOptions, Record
 from torchx_datapipes.data._order import distinct
 from torchx_datapipes.data._parts import Part, load_parts
+from torchx_datapipes.data._registry import part_format
 
 
 class OutputMapDataset(torch.utils.data.Dataset):  # type: ignore[type-arg]
@@ -29,7 +31,6 @@ class OutputMapDataset(torch.utils.data.Dataset):  # type: ignore[type-arg]
         storage_options: Optional[Dict[str, Any]] = None,
         cache_dir: Optional[str] = None,
     ) -> None:
-        from torchx_datapipes.data.dataset import check_columns_exist
 
         _args.check_location(url, split, storage_options, cache_dir)
         self.url, self.split = url, split

@@ -17,7 +17,7 @@ import numpy as np
 import pyarrow as pa
 import torch
 
-from torchx_datapipes.io.writers.arrow import (
+from torchx_datapipes.io.arrowtypes import (
     column_to_numpy,
     is_0d_field,
     is_fixed_tensor,

@@ -1,0 +1,16 @@
+"""Column selection checks shared by the iterable and map-style readers."""
+
+from typing import Sequence
+
+from torchx_datapipes.data._formats import ReadOptions
+from torchx_datapipes.data._parquet import ParquetFormat
+from torchx_datapipes.data._part import Part
+
+
+def check_columns_exist(fmt: str, parts: Sequence[Part], opts: ReadOptions) -> None:
+    if opts.columns is None or fmt != "parquet" or not parts:
+        return
+    names = ParquetFormat().schema_names(parts[0], opts)
+    missing = [c for c in opts.columns if c not in names]
+    if missing:
+        raise ValueError(f"columns {missing} are not in {parts[0].url}; its columns: {names}")
