@@ -44,7 +44,7 @@ META_OP = "torchx_datapipes/op"
 META_CLIENT_BIN = "torchx_datapipes/client_bin"  # the PATH prefix (local_cwd, slurm, lsf), when applied
 
 
-class InvalidArgumentError(ComponentValidationException, ValueError):
+class InvalidArgumentError(DatapipesError, ComponentValidationException, ValueError):
     """A component argument failed a client-side check; ``torchx run`` prints just this line."""
 
 

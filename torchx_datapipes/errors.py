@@ -47,3 +47,7 @@ class InputError(DatapipesError, ValueError):
 
 class OutputExistsError(DatapipesError, FileExistsError):
     """The output already holds a committed result."""
+
+
+class ReadError(DatapipesError, ValueError):
+    """A committed output cannot be read as asked: the arguments, the manifest or a part (the reader)."""

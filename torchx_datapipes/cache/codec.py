@@ -27,6 +27,7 @@ from typing import Any, Callable, Dict, List, Optional, Protocol, Tuple, Union, 
 
 from torchx_datapipes.cache import safe
 from torchx_datapipes.cache.trust import MAC_BYTES, Trust
+from torchx_datapipes.errors import DatapipesError
 
 MAGIC = b"TDC2"
 OLD_MAGIC = b"TDC1"  # before trust: a bare pickle with out-of-band buffers
@@ -46,7 +47,7 @@ _PICKLE_HELP = (
 )
 
 
-class CodecError(ValueError):
+class CodecError(DatapipesError, ValueError):
     """Stored bytes could not be decoded (corrupt, truncated, or written by another codec)."""
 
 
@@ -54,7 +55,7 @@ class UntrustedValueError(CodecError):
     """A stored pickle that this cache's trust does not cover: never unpickled (a miss)."""
 
 
-class UnsafeValueError(TypeError):
+class UnsafeValueError(DatapipesError, TypeError):
     """A value that needs pickle, on a cache that unpickles nothing (``pickle=false``)."""
 
 

@@ -3,28 +3,29 @@
 from typing import Any, Mapping, Optional, Sequence, Tuple
 
 from torchx_datapipes.data._plan import EVEN_MODES
+from torchx_datapipes.errors import ReadError
 
 
 def check_location(url: Any, split: Any, storage_options: Any, cache_dir: Any) -> None:
     if not isinstance(url, str) or not url:
-        raise ValueError(f"url={url!r}: expected the output directory, a path or fsspec URL (s3://...)")
+        raise ReadError(f"url={url!r}: expected the output directory, a path or fsspec URL (s3://...)")
     if split is not None and (not isinstance(split, str) or not split):
-        raise ValueError(f"split={split!r}: expected a split name such as 'train', or None")
+        raise ReadError(f"split={split!r}: expected a split name such as 'train', or None")
     if storage_options is not None and not isinstance(storage_options, Mapping):
-        raise ValueError(f"storage_options={storage_options!r}: expected a dict of fsspec options, or None")
+        raise ReadError(f"storage_options={storage_options!r}: expected a dict of fsspec options, or None")
     if cache_dir is not None and (not isinstance(cache_dir, str) or not cache_dir):
-        raise ValueError(f"cache_dir={cache_dir!r}: expected a local directory path, or None")
+        raise ReadError(f"cache_dir={cache_dir!r}: expected a local directory path, or None")
 
 
 def check_int(name: str, value: Any, minimum: int) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ValueError(f"{name}={value!r}: expected an int >= {minimum}")
+        raise ReadError(f"{name}={value!r}: expected an int >= {minimum}")
     return value
 
 
 def check_even(even: Any) -> str:
     if even not in EVEN_MODES:
-        raise ValueError(
+        raise ReadError(
             f"even={even!r}: expected one of {EVEN_MODES} ('none': every record once, ranks may differ"
             " by one; 'pad': repeat records so ranks are equal; 'drop': drop the remainder)"
         )
@@ -35,14 +36,14 @@ def check_columns(columns: Optional[Sequence[str]]) -> Optional[Tuple[str, ...]]
     if columns is None:
         return None
     if isinstance(columns, str) or not all(isinstance(c, str) for c in columns):
-        raise ValueError(f"columns={columns!r}: expected a list of field names, e.g. ['tokens', 'label']")
+        raise ReadError(f"columns={columns!r}: expected a list of field names, e.g. ['tokens', 'label']")
     return tuple(columns)
 
 
 def resolve_layout(rank: Optional[int], world_size: Optional[int]) -> Tuple[int, int]:
     """``(rank, world_size)``: the explicit values, else torch.distributed's, else ``(0, 1)``."""
     if (rank is None) != (world_size is None):
-        raise ValueError(f"rank={rank!r}, world_size={world_size!r}: give both or neither")
+        raise ReadError(f"rank={rank!r}, world_size={world_size!r}: give both or neither")
     if rank is None or world_size is None:
         import torch.distributed as dist
 
@@ -52,7 +53,7 @@ def resolve_layout(rank: Optional[int], world_size: Optional[int]) -> Tuple[int,
     check_int("world_size", world_size, 1)
     check_int("rank", rank, 0)
     if rank >= world_size:
-        raise ValueError(f"rank={rank} with world_size={world_size}: expected 0 <= rank < world_size")
+        raise ReadError(f"rank={rank} with world_size={world_size}: expected 0 <= rank < world_size")
     return rank, world_size
 
 

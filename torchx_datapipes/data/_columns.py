@@ -5,6 +5,7 @@ from typing import Sequence
 from torchx_datapipes.data._formats import ReadOptions
 from torchx_datapipes.data._parquet import ParquetFormat
 from torchx_datapipes.data._part import Part
+from torchx_datapipes.errors import ReadError
 
 
 def check_columns_exist(fmt: str, parts: Sequence[Part], opts: ReadOptions) -> None:
@@ -13,4 +14,4 @@ def check_columns_exist(fmt: str, parts: Sequence[Part], opts: ReadOptions) -> N
     names = ParquetFormat().schema_names(parts[0], opts)
     missing = [c for c in opts.columns if c not in names]
     if missing:
-        raise ValueError(f"columns {missing} are not in {parts[0].url}; its columns: {names}")
+        raise ReadError(f"columns {missing} are not in {parts[0].url}; its columns: {names}")

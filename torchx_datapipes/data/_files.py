@@ -14,12 +14,13 @@ import numpy as np
 
 from torchx_datapipes.data._part import Part
 from torchx_datapipes.data._paths import _fs, check_inside
+from torchx_datapipes.errors import DatapipesError
 
 # (url, size) pairs whose size was checked in this process: a check costs one stat per part
 _CHECKED: Set[Tuple[str, int]] = set()
 
 
-class PartSizeError(ValueError):
+class PartSizeError(DatapipesError, ValueError):
     """A part's size differs from the size its commit recorded."""
 
     def __init__(self, url: str, expected: int, actual: int) -> None:

@@ -8,6 +8,7 @@ from torchx_datapipes.data import _files, _formats
 from torchx_datapipes.data._decode import project
 from torchx_datapipes.data._formats import ReadOptions, Record
 from torchx_datapipes.data._parts import Part
+from torchx_datapipes.errors import ReadError
 from torchx_datapipes.io.jsoncodec import loads_lines
 
 _LINE_INDEX: Dict[Tuple[str, int], np.ndarray] = {}
@@ -42,7 +43,7 @@ class JsonlFormat:
         if key not in _LINE_INDEX:
             index = _line_starts(part, opts)
             if len(index) - 1 != part.records:
-                raise ValueError(
+                raise ReadError(
                     f"{part.url} has {len(index) - 1} lines but the manifest recorded {part.records}"
                     " records: the part was modified after the commit; rerun the job"
                 )

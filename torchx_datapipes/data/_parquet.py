@@ -9,6 +9,7 @@ from torchx_datapipes.data import _files
 from torchx_datapipes.data._decode import Columns
 from torchx_datapipes.data._formats import Chunk, ReadOptions, Record
 from torchx_datapipes.data._parts import Part
+from torchx_datapipes.errors import ReadError
 
 STREAM_ROWS = 4096  # rows decoded at a time when a row group is read in order
 _PQ_META: Dict[Tuple[str, int], Any] = {}
@@ -44,7 +45,7 @@ class ParquetFormat:
         meta = self._meta(part, opts)
         sizes = [meta.row_group(i).num_rows for i in range(meta.num_row_groups)]
         if sum(sizes) != part.records:
-            raise ValueError(
+            raise ReadError(
                 f"{part.url} holds {sum(sizes)} rows but the manifest recorded {part.records}:"
                 " the part was replaced after the commit; rerun the job"
             )

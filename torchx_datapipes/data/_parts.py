@@ -10,6 +10,7 @@ import orjson
 
 from torchx_datapipes.data._part import OutsideOutputError, Part, confined
 from torchx_datapipes.data._paths import read_small
+from torchx_datapipes.errors import ReadError
 from torchx_datapipes.io.layout import SUCCESS, block_sums_file, tar_index_file
 
 FORMATS = ("jsonl", "parquet", "webdataset")
@@ -30,22 +31,22 @@ def _read_success(url: str, storage_options: Optional[Mapping[str, Any]]) -> Dic
     try:
         data: Dict[str, Any] = orjson.loads(raw)
     except orjson.JSONDecodeError as e:
-        raise ValueError(f"{target} is not valid JSON ({e}): the manifest is damaged; rerun the job") from e
+        raise ReadError(f"{target} is not valid JSON ({e}): the manifest is damaged; rerun the job") from e
     return data
 
 
 def _check_op(url: str, manifest: Mapping[str, Any]) -> str:
     op = manifest.get("op")
     if op == "stats":
-        raise ValueError(
+        raise ReadError(
             f"{url} is a stats output (a report of the input, not records): read it with"
             " torchx_datapipes.stats, or point OutputDataset at a transform or split output"
         )
     if op not in ("transform", "split"):
-        raise ValueError(f"{url}/_SUCCESS has op {op!r}; OutputDataset reads 'transform' and 'split' outputs")
+        raise ReadError(f"{url}/_SUCCESS has op {op!r}; OutputDataset reads 'transform' and 'split' outputs")
     fmt = manifest.get("options", {}).get("output_format", "jsonl")
     if fmt not in FORMATS:
-        raise ValueError(f"{url}: output_format {fmt!r} is not readable; readable formats: {FORMATS}")
+        raise ReadError(f"{url}: output_format {fmt!r} is not readable; readable formats: {FORMATS}")
     return str(fmt)
 
 
@@ -53,15 +54,15 @@ def _check_split(url: str, manifest: Mapping[str, Any], split: Optional[str]) ->
     splits = sorted(manifest.get("splits", {}))
     if manifest["op"] != "split":
         if split is not None:
-            raise ValueError(
+            raise ReadError(
                 f"split={split!r} given, but {url} is a {manifest['op']} output without splits:"
                 " pass split=None"
             )
         return
     if split is None:
-        raise ValueError(f"{url} is a split output: choose one with split=..., one of {splits}")
+        raise ReadError(f"{url} is a split output: choose one with split=..., one of {splits}")
     if split not in splits:
-        raise ValueError(f"split {split!r} does not exist in {url}; available splits: {splits}")
+        raise ReadError(f"split {split!r} does not exist in {url}; available splits: {splits}")
 
 
 def _side(url: str, f: Optional[Mapping[str, Any]]) -> Optional[Tuple[str, int, str]]:
@@ -81,14 +82,14 @@ def _unit_parts(url: str, unit: Mapping[str, Any], split: Optional[str]) -> List
     else:
         counts = [int(unit.get("records_out", 0))] * len(outputs)
     if len(outputs) > 1:
-        raise ValueError(
+        raise ReadError(
             f"{url}/_SUCCESS: unit {unit.get('unit')} has {len(outputs)} parts {outputs} for one"
             " split; the per-part record counts are unknown, so this output cannot be read"
         )
     parts = []
     for path, n in zip(outputs, counts):
         if path not in sizes:
-            raise ValueError(f"{url}/_SUCCESS: part {path} has no 'files' entry (size); rerun the job")
+            raise ReadError(f"{url}/_SUCCESS: part {path} has no 'files' entry (size); rerun the job")
         idx, sums = _side(url, files.get(tar_index_file(path))), _side(url, files.get(block_sums_file(path)))
         digest = files[path].get("xxh3_128")
         root = url.rstrip("/")

@@ -19,6 +19,7 @@ from typing import Any, Dict, Iterator, List, Mapping, Sequence, Tuple
 import numpy as np
 
 from torchx_datapipes.data._plan import Interval, complement, plan_len, plan_slice, rank_span, split_span
+from torchx_datapipes.errors import ReadError
 
 VERSION = 2
 EPOCH_KEYS = ("epoch", "seed", "shuffle", "shuffle_window", "even", "num_records", "chunks")
@@ -40,11 +41,11 @@ def plan_from_json(value: Any, n: int) -> List[Interval]:
     try:
         plan = [(int(a), int(b)) for a, b in value]
     except (TypeError, ValueError) as e:
-        raise ValueError(f"state 'plan' must be a list of [start, end] pairs, got {value!r}") from e
+        raise ReadError(f"state 'plan' must be a list of [start, end] pairs, got {value!r}") from e
     prev = 0
     for a, b in plan:
         if not prev <= a < b <= n:
-            raise ValueError(f"state 'plan' {value!r} is not sorted disjoint intervals within [0, {n})")
+            raise ReadError(f"state 'plan' {value!r} is not sorted disjoint intervals within [0, {n})")
         prev = b
     return plan
 
@@ -59,7 +60,7 @@ def _find_states(obj: Any) -> Iterator[Mapping[str, Any]]:
         yield obj
     elif isinstance(obj, Mapping):
         if obj.get(_STEPS_SINCE_SNAPSHOT):
-            raise ValueError(
+            raise ReadError(
                 f"a StatefulDataLoader state with {_STEPS_SINCE_SNAPSHOT}={obj[_STEPS_SINCE_SNAPSHOT]}:"
                 " its worker snapshots lag behind the batches served, so the records served since"
                 " are unknown; use snapshot_every_n_steps=1 (the default) for elastic checkpoints"
@@ -83,7 +84,7 @@ def _check_same(states: Sequence[Mapping[str, Any]]) -> None:
     for st in states[1:]:
         for key in (*EPOCH_KEYS, "plan", "world_size", "num_workers"):
             if st.get(key) != ref.get(key):
-                raise ValueError(
+                raise ReadError(
                     f"states disagree on {key!r}: {ref.get(key)!r} vs {st.get(key)!r}; merge_states"
                     " takes the states of all ranks of ONE checkpoint (one epoch, one plan, one world size)"
                 )
@@ -95,11 +96,11 @@ def _check_complete(states: Sequence[Mapping[str, Any]]) -> None:
     for st in states:
         slot = (int(st["rank"]), int(st["worker"]))
         if slot in seen and seen[slot] != st["yielded"]:
-            raise ValueError(f"two different states for rank {slot[0]} worker {slot[1]}")
+            raise ReadError(f"two different states for rank {slot[0]} worker {slot[1]}")
         seen[slot] = st["yielded"]
     missing = [(r, w) for r in range(world) for w in range(workers) if (r, w) not in seen]
     if missing:
-        raise ValueError(
+        raise ReadError(
             f"states of (rank, worker) {missing} are missing (world_size {world}, {workers} workers):"
             " pass every rank's state, e.g. gathered with torch.distributed.all_gather_object"
         )
@@ -115,13 +116,11 @@ def merge_states(states: Sequence[Any]) -> Dict[str, Any]:
     """
     found = [st for item in states for st in _find_states(item)]
     if not found:
-        raise ValueError(
-            "no OutputDataset state found in the given states (is the dataset an OutputDataset?)"
-        )
+        raise ReadError("no OutputDataset state found in the given states (is the dataset an OutputDataset?)")
     merged = [st for st in found if "rank" not in st]
     workers = [st for st in found if "rank" in st]
     if merged and workers:
-        raise ValueError("cannot merge a merged state with worker states; merge the workers' states only")
+        raise ReadError("cannot merge a merged state with worker states; merge the workers' states only")
     if merged:
         _check_same(merged)
         return dict(merged[0])

@@ -19,6 +19,7 @@ from torchx_datapipes.data import _files, _formats, _paths
 from torchx_datapipes.data._decode import Columns, MemberDecoder, member_decoder, member_field
 from torchx_datapipes.data._formats import Chunk, ReadOptions, Record
 from torchx_datapipes.data._parts import OutsideOutputError, Part
+from torchx_datapipes.errors import ReadError
 from torchx_datapipes.io.checksum import sum_bytes
 from torchx_datapipes.io.tarindex import TarIndex, decode, from_members
 
@@ -82,7 +83,7 @@ def _committed_index(part: Part, opts: ReadOptions) -> Optional[TarIndex]:
     try:
         data = _paths.read_small(url, opts.storage_options, part.root)
         if len(data) != size or sum_bytes(data) != digest:
-            raise ValueError(f"it is {len(data)} bytes, or its checksum differs from the manifest's")
+            raise ReadError(f"it is {len(data)} bytes, or its checksum differs from the manifest's")
         return decode(data, part.size, part.records)
     except OutsideOutputError:
         raise
@@ -107,7 +108,7 @@ def _scanned_index(part: Part, opts: ReadOptions) -> TarIndex:
             headers = _tarfile_headers(f)
     index = from_members([(*_split_name(name), offset, size) for name, offset, size in headers])
     if len(index.keys) != part.records:
-        raise ValueError(
+        raise ReadError(
             f"{part.url} has {len(index.keys)} samples but the manifest recorded {part.records}:"
             " the part was modified after the commit; rerun the job"
         )

@@ -21,6 +21,7 @@ from torchx_datapipes.data._prefetch import read_ahead
 from torchx_datapipes.data._registry import part_format
 from torchx_datapipes.data._state import EPOCH_KEYS, VERSION, chunks_digest, plan_from_json, plan_to_json
 from torchx_datapipes.data._streams import ChunkStream, OpenStream, gather
+from torchx_datapipes.errors import ReadError
 
 if TYPE_CHECKING:
     from torchx_datapipes.data.mapstyle import OutputMapDataset
@@ -102,7 +103,7 @@ class OutputDataset(torch.utils.data.IterableDataset):  # type: ignore[type-arg]
         super().__init__()
         _args.check_location(url, split, storage_options, cache_dir)
         if not isinstance(shuffle, bool):
-            raise ValueError(f"shuffle={shuffle!r}: expected True or False")
+            raise ReadError(f"shuffle={shuffle!r}: expected True or False")
         self.seed = _args.check_int("seed", seed, 0)
         window = _args.check_window(shuffle_window)
         self.read_ahead = _args.check_int("read_ahead", read_ahead, 0)
@@ -265,7 +266,7 @@ class OutputDataset(torch.utils.data.IterableDataset):  # type: ignore[type-arg]
 
     def _check_epoch_keys(self, state: Mapping[str, Any]) -> None:
         if state.get("version") != VERSION:
-            raise ValueError(
+            raise ReadError(
                 f"state version {state.get('version')!r} is not {VERSION}: not an OutputDataset state, or"
                 " one saved by another torchx_datapipes version, whose epoch order may differ; start"
                 " the epoch afresh (set_epoch) instead of resuming it"
@@ -280,7 +281,7 @@ class OutputDataset(torch.utils.data.IterableDataset):  # type: ignore[type-arg]
                     if key == "chunks"
                     else "create the dataset with the arguments of the checkpointed run"
                 )
-                raise ValueError(
+                raise ReadError(
                     f"state has {key}={state.get(key)!r} but this dataset has {key}={mine[key]!r}: {fix}"
                 )
 
@@ -288,7 +289,7 @@ class OutputDataset(torch.utils.data.IterableDataset):  # type: ignore[type-arg]
         mine = {"world_size": self.world_size, "rank": self.rank, "num_workers": workers, "worker": worker}
         diff = {k: (state.get(k), v) for k, v in mine.items() if state.get(k) != v}
         if diff:
-            raise ValueError(
+            raise ReadError(
                 f"a worker state of another layout (state vs this loader: {diff}): to resume on a"
                 " different world size or number of workers, merge every rank's state with"
                 " torchx_datapipes.data.merge_states(...) and load the merged state"

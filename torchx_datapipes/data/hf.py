@@ -13,6 +13,7 @@ from typing import Any, Dict, Mapping, Optional
 
 from torchx_datapipes.data._files import open_part
 from torchx_datapipes.data._parts import load_parts
+from torchx_datapipes.errors import ReadError
 
 
 def hf_features(
@@ -36,10 +37,10 @@ def hf_features(
         ) from e
     fmt, parts = load_parts(url, split, storage_options)
     if fmt != "parquet":
-        raise ValueError(f"{url} is a {fmt} output: hf_features describes Parquet outputs only")
+        raise ReadError(f"{url} is a {fmt} output: hf_features describes Parquet outputs only")
     if not parts:
         where = f" in split {split!r}" if split else ""
-        raise ValueError(f"{url} has no records{where}: nothing to describe")
+        raise ReadError(f"{url} has no records{where}: nothing to describe")
     with open_part(parts[0], storage_options, None) as f:
         schema = pq.read_schema(f)
     storage: Dict[str, Any] = {}

@@ -12,6 +12,8 @@ from typing import Any, Optional
 
 import orjson
 
+from torchx_datapipes.errors import DatapipesError
+
 # 19 digits reach 2**63; anything shorter fits in int64, so orjson is exact for it. A regex
 # (\d{19}) scans at ~100 MB/s; mapping every digit to "0" and searching for 19 zeros at ~450.
 _DIGITS_TO_ZERO = bytes.maketrans(b"123456789", b"0" * 9)
@@ -27,7 +29,7 @@ _DUMP_OPTS = orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_NON_STR_KEYS
 _OUT_OF_RANGE = "Integer exceeds 64-bit range"
 
 
-class TooDeep(ValueError):
+class TooDeep(DatapipesError, ValueError):
     """A record nested deeper than the exact parser (the stdlib's, recursive) can go."""
 
 

@@ -13,18 +13,18 @@ import lzma
 import zlib
 from typing import Any, Callable, Optional, Tuple
 
-from torchx_datapipes.errors import InputError
+from torchx_datapipes.errors import DatapipesError, InputError
 
 _RAW_CHUNK = 1 << 18
 _OUT_MAX = 1 << 23
 _ZSTD_IN = 512  # zstd input per call: at most ~16 MiB out, whatever the frame holds (costs ~nothing)
 
 
-class TruncatedError(EOFError):
+class TruncatedError(DatapipesError, EOFError):
     """The compressed stream ended before its end-of-stream marker."""
 
 
-class CorruptError(ValueError):
+class CorruptError(DatapipesError, ValueError):
     """The compressed stream could not be decoded."""
 
 

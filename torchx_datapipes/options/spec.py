@@ -12,13 +12,15 @@ import argparse
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
 
+from torchx_datapipes.errors import DatapipesError
+
 REQUIRED: Any = object()  # the default of an option that has none (input, output, ...)
 
 _TRUE = ("true", "1", "yes")
 _FALSE = ("false", "0", "no")
 
 
-class OptionError(ValueError):
+class OptionError(DatapipesError, ValueError):
     """One option has a value it does not accept; the message names the option, the rule and the value."""
 
 

@@ -9,6 +9,7 @@ from typing import IO, TYPE_CHECKING, Any, Iterator, List, Optional, Tuple, Unio
 
 import orjson
 
+from torchx_datapipes.errors import DatapipesError
 from torchx_datapipes.io.bigints import TooDeep, loads_exact, may_hold_big_int
 from torchx_datapipes.io.inputs.base import BOM, Batches, InputFormat, open_unit_stream, too_large
 from torchx_datapipes.io.streams import CorruptError, TruncatedError
@@ -20,7 +21,7 @@ _CHUNK = 1 << 22
 _HEAD = 2000  # bytes of a line over the record bound kept for its error
 
 
-class NotAnObject(ValueError):
+class NotAnObject(DatapipesError, ValueError):
     """A JSON Lines record that is not an object."""
 
 
