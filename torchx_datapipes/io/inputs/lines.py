@@ -10,7 +10,9 @@ from typing import IO, TYPE_CHECKING, Any, Iterator, List, Optional, Tuple, Unio
 import orjson
 
 from torchx_datapipes.io.bigints import TooDeep, loads_exact, may_hold_big_int
+from torchx_datapipes.io.inputs import dupkeys
 from torchx_datapipes.io.inputs.base import BOM, Batches, InputFormat, open_unit_stream, too_large
+from torchx_datapipes.io.inputs.dupkeys import DuplicateKey
 from torchx_datapipes.io.streams import CorruptError, TruncatedError
 
 if TYPE_CHECKING:
@@ -222,11 +224,26 @@ def _lines(r: "UnitReader", jsonl: bool) -> Batches:
                         rec = loads_exact(raw)
                     if objects_only and rec.__class__ is not dict:
                         raise NotAnObject(f"expected a JSON object per line, got {json_type(rec)}")
-                except (orjson.JSONDecodeError, UnicodeDecodeError, _Blank, NotAnObject, TooDeep) as e:
+                    if jsonl and raw.count(b":") > (len(rec) if rec.__class__ is dict else 0):
+                        dupkeys.check(
+                            raw, rec
+                        )  # more colons than keys: a repeated key, or a colon in a value
+                except (
+                    orjson.JSONDecodeError,
+                    UnicodeDecodeError,
+                    _Blank,
+                    NotAnObject,
+                    TooDeep,
+                    DuplicateKey,
+                ) as e:
                     if not raw or raw.isspace():
                         r.blank += 1
                     else:
-                        err = str(e) if isinstance(e, (NotAnObject, TooDeep)) else f"{type(e).__name__}: {e}"
+                        err = (
+                            str(e)
+                            if isinstance(e, (NotAnObject, TooDeep, DuplicateKey))
+                            else f"{type(e).__name__}: {e}"
+                        )
                         r.add_bad(lineno, err, show(raw))
                     if recs and lines is None:
                         lines = list(range(base, base + len(recs)))
