@@ -151,6 +151,12 @@ class CsvFormat(InputFormat):
             raise InputError(
                 f"--schema names column(s) {', '.join(map(repr, wrong))} that no CSV input has;"
                 f" columns: {', '.join(sorted(known))}"
+                + (
+                    f"; without a header (--header false) the columns are named 0..n-1, or by --schema"
+                    f" when it lists all {len(found[0][2])} columns in order"
+                    if not opts.header
+                    else ""
+                )
             )
         unified.update(opts.schema)
         units = []

@@ -110,7 +110,7 @@ def infer_file(
                 raise InputError(
                     f"{path}: " + too_large("a CSV record", max_record + 1, max_record, True)
                 ) from e
-            spans = over_bound(path, size, delimiter, max_record)
+            spans = over_bound(path, size, delimiter, max_record, header)
             continue
         except (TruncatedError, CorruptError) as e:
             raise InputError(
@@ -118,12 +118,12 @@ def infer_file(
                 " or recompress the file (check it with gzip -t / zstd -t / xz -t / bzip2 -t)"
             ) from e
         if longest > max_record and spans is None:  # the parser takes up to two blocks: the bound is ours
-            spans = over_bound(path, size, delimiter, max_record)
+            spans = over_bound(path, size, delimiter, max_record, header)
             continue
         return names, kinds, block, spans or [], cols.renames(raw, names) if header else []
 
 
-def over_bound(path: str, size: int, delimiter: str, max_record: int) -> List[Span]:
+def over_bound(path: str, size: int, delimiter: str, max_record: int, header: bool = True) -> List[Span]:
     """The records over the bound, streaming the file once (numpy, bounded memory); not the header."""
     lines = RecordLines(delimiter, limit=max_record)
     with open_unit_stream(path, size) as (fh, _):
@@ -133,7 +133,7 @@ def over_bound(path: str, size: int, delimiter: str, max_record: int) -> List[Sp
                 lines.finish()
                 break
             lines.feed(chunk)
-    if lines.spans and lines.spans[0][0] == 1:
+    if header and lines.spans and lines.spans[0][0] == 1:
         raise InputError(
             f"{path}, line 1: "
             + too_large("the CSV header", lines.spans[0][4], max_record)

@@ -49,6 +49,11 @@ def format_names() -> Tuple[str, ...]:
     return tuple(sorted({*_KNOWN, *_REGISTERED, *eps}))
 
 
+def builtin_format_names() -> Tuple[str, ...]:
+    """The formats this package ships (docs/options.md and the component help list them)."""
+    return tuple(sorted(_KNOWN))
+
+
 _CACHE: Dict[str, Type[InputFormat]] = {}
 
 
