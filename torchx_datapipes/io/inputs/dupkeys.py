@@ -3,14 +3,17 @@
 orjson (like Python's json and JavaScript's ``JSON.parse``) keeps the last value of a repeated
 key and gives no access to the pairs, so there is nothing to rename like CSV headers: a record
 ``{"x": 1, "x": 2}`` is refused as a bad record naming the key. Finding one costs almost
-nothing for the usual record: a key is followed by a colon, so a record with no more colons
-than the keys orjson returned has no duplicate; only a record with more (colons inside string
-values, or a duplicate) is parsed again with the stdlib parser, which sees every pair.
+nothing for the usual record: a key is followed by ``":``, so a record with no more of them
+than the keys orjson returned has no duplicate; a nested record is compared with orjson's own
+encoding of it, and only a record with more key colons than that (a repeated key) is parsed
+again with the stdlib parser, which sees every pair and names the key.
 """
 
 import json
 import re
 from typing import Any, Dict, List, Optional, Set, Tuple
+
+import orjson
 
 _KEY_COLON = re.compile(rb'"\s*:')
 
@@ -64,12 +67,21 @@ def _repeated(value: Any, path: str = "") -> Optional[str]:
 
 
 def may_repeat(raw: bytes, parsed: Any) -> bool:
-    """Whether ``raw`` (parsed by orjson as ``parsed``) may hold an object with a repeated key."""
+    """Whether ``raw`` (parsed by orjson as ``parsed``) may hold an object with a repeated key.
+
+    A key ends with ``":`` (or ``" :``); inside a string a quote is escaped (``\\":``), and orjson
+    escapes it the same way, so ``raw`` repeats a key only if it has more key colons than
+    orjson's own encoding of what it parsed (a colon inside a value counts in both)."""
     flat = len(parsed) if parsed.__class__ is dict else 0
-    if raw.count(b":") <= flat:
-        return False  # the usual flat record: no more colons than keys
-    keys = len(_KEY_COLON.findall(raw))  # a colon inside a string value rarely follows a quote
-    return keys > flat and keys > _count_keys(parsed)
+    keys = raw.count(b'":')
+    if b'" :' in raw or b'"\t:' in raw:
+        keys = len(_KEY_COLON.findall(raw))
+    if keys <= flat:
+        return False  # the usual flat record: no more key colons than keys
+    try:
+        return keys > orjson.dumps(parsed).count(b'":')
+    except TypeError:  # an integer beyond 64 bits (parsed exactly by the stdlib): count by walking
+        return keys > _count_keys(parsed)
 
 
 def repeated_key(raw: bytes) -> Optional[str]:

@@ -198,6 +198,9 @@ def _count_newlines(r: "UnitReader", upto: int) -> int:
         return n
 
 
+_SPACED = b'" :'  # a key with a space before its colon (dupkeys counts those too)
+
+
 def _lines(r: "UnitReader", jsonl: bool) -> Batches:
     # Hot loop. Line numbers of a batch are a ``range`` until a blank or bad line breaks the
     # run; only then is an explicit list built.
@@ -224,10 +227,10 @@ def _lines(r: "UnitReader", jsonl: bool) -> Batches:
                         rec = loads_exact(raw)
                     if objects_only and rec.__class__ is not dict:
                         raise NotAnObject(f"expected a JSON object per line, got {json_type(rec)}")
-                    if jsonl and raw.count(b":") > (len(rec) if rec.__class__ is dict else 0):
-                        dupkeys.check(
-                            raw, rec
-                        )  # more colons than keys: a repeated key, or a colon in a value
+                    if jsonl and (
+                        raw.count(b'":') > (len(rec) if rec.__class__ is dict else 0) or _SPACED in raw
+                    ):
+                        dupkeys.check(raw, rec)  # more key colons than keys: nested, or a repeated key
                 except (
                     orjson.JSONDecodeError,
                     UnicodeDecodeError,
