@@ -104,15 +104,21 @@ def test_parquet_with_duplicate_column_names_is_renamed(tmp_path: Path) -> None:
     assert m["renamed_columns"] == {str(f): [{"column": 3, "from": "x", "to": "x.1"}]}
 
 
-def test_json_lines_repeating_a_key_is_a_bad_record_naming_it(tmp_path: Path) -> None:
+@pytest.mark.parametrize("batch", ["1", "3", "1024"])
+def test_json_lines_repeating_a_key_is_a_bad_record_naming_it(tmp_path: Path, batch: str) -> None:
     f = tmp_path / "d.jsonl"
     f.write_text(
         '{"x": 1, "y": 2, "x": 3}\n{"at": "12:00:00", "url": "http://a"}\n{"a": {"b": 1, "b": 2}}\n{"x": 1}\n'
+        '{"n": 123456789012345678901234567890, "m": {"k": [1, {"z": 2}]}}\n'
     )
     m = run_op(
-        "transform", str(f), tmp_path / "o", "--on_error", "skip", "--max_error_rate", "1", fn=identity
-    )
-    assert read_output(tmp_path / "o") == [{"at": "12:00:00", "url": "http://a"}, {"x": 1}]
+        "transform", str(f), tmp_path / "o", "--on_error", "skip", "--max_error_rate", "1",
+        "--batch_size", batch,
+        fn=identity,
+    )  # fmt: skip
+    assert read_output(tmp_path / "o")[:2] == [{"at": "12:00:00", "url": "http://a"}, {"x": 1}]
+    written = b"".join(p.read_bytes() for p in sorted((tmp_path / "o").glob("part-*.jsonl")))
+    assert b'"n":123456789012345678901234567890' in written  # a big int: checked line by line, kept
     assert m["bad"] == 2
     errs = errors(tmp_path / "o")
     assert [(e["file"], e["line"]) for e in errs] == [(str(f), 1), (str(f), 3)]

@@ -198,7 +198,38 @@ def _count_newlines(r: "UnitReader", upto: int) -> int:
         return n
 
 
-_SPACED = b'" :'  # a key with a space before its colon (dupkeys counts those too)
+_KEY_END = b'":'  # ends every key of compact JSON (dupkeys.may_repeat)
+
+
+def _skip(_raw: bytes) -> None:
+    pass
+
+
+def _drop_repeated(
+    r: "UnitReader", recs: List[Any], lines: Optional[List[int]], base: int, raws: List[bytes]
+) -> Tuple[List[Any], Optional[List[int]]]:
+    """``recs`` without the objects that repeat a key, each a bad record naming it (``dupkeys``).
+
+    Once per batch: the key colons (``":``) of its lines against the keys orjson returned, then
+    against orjson's encoding of what it parsed (nested objects); equal means no repeated key."""
+    raw_keys = b"".join(raws).count(_KEY_END)
+    try:
+        if raw_keys <= sum(map(len, recs)) or raw_keys <= orjson.dumps(recs).count(_KEY_END):
+            return recs, lines
+    except TypeError:  # an int beyond 64 bits, or a record that is a number: look line by line
+        pass
+    at = lines if lines is not None else range(base, base + len(recs))
+    keep_recs: List[Any] = []
+    keep_lines: List[int] = []
+    for rec, lineno, raw in zip(recs, at, raws, strict=True):
+        try:
+            dupkeys.check(raw, rec)
+        except DuplicateKey as e:
+            r.add_bad(lineno, str(e), show(raw))
+            continue
+        keep_recs.append(rec)
+        keep_lines.append(lineno)
+    return (recs, lines) if len(keep_recs) == len(recs) else (keep_recs, keep_lines)
 
 
 def _lines(r: "UnitReader", jsonl: bool) -> Batches:
@@ -209,6 +240,8 @@ def _lines(r: "UnitReader", jsonl: bool) -> Batches:
     objects_only = jsonl and r.objects_only
     recs: List[Any] = []
     lines: Optional[List[int]] = None
+    raws: List[bytes] = []  # the lines of ``recs`` (JSON Lines: checked for repeated keys per batch)
+    keep = raws.append if jsonl else _skip
     base = 0
     with open_unit_stream(r.unit.path, r.unit.size, buffered=False) as (fh, raw_fh):
         for item in _raw_chunks(r, fh, raw_fh):
@@ -227,26 +260,11 @@ def _lines(r: "UnitReader", jsonl: bool) -> Batches:
                         rec = loads_exact(raw)
                     if objects_only and rec.__class__ is not dict:
                         raise NotAnObject(f"expected a JSON object per line, got {json_type(rec)}")
-                    if jsonl and (
-                        raw.count(b'":') > (len(rec) if rec.__class__ is dict else 0) or _SPACED in raw
-                    ):
-                        dupkeys.check(raw, rec)  # more key colons than keys: nested, or a repeated key
-                except (
-                    orjson.JSONDecodeError,
-                    UnicodeDecodeError,
-                    _Blank,
-                    NotAnObject,
-                    TooDeep,
-                    DuplicateKey,
-                ) as e:
+                except (orjson.JSONDecodeError, UnicodeDecodeError, _Blank, NotAnObject, TooDeep) as e:
                     if not raw or raw.isspace():
                         r.blank += 1
                     else:
-                        err = (
-                            str(e)
-                            if isinstance(e, (NotAnObject, TooDeep, DuplicateKey))
-                            else f"{type(e).__name__}: {e}"
-                        )
+                        err = str(e) if isinstance(e, (NotAnObject, TooDeep)) else f"{type(e).__name__}: {e}"
                         r.add_bad(lineno, err, show(raw))
                     if recs and lines is None:
                         lines = list(range(base, base + len(recs)))
@@ -256,9 +274,16 @@ def _lines(r: "UnitReader", jsonl: bool) -> Batches:
                 elif not recs:
                     base = lineno
                 recs.append(rec)
+                keep(raw)
                 if len(recs) >= size:
-                    yield recs, (lines if lines is not None else range(base, base + len(recs)))
-                    recs, lines = [], None
+                    if jsonl:
+                        recs, lines = _drop_repeated(r, recs, lines, base, raws)
+                    if recs:
+                        yield recs, (lines if lines is not None else range(base, base + len(recs)))
+                    recs, lines, raws = [], None, []
+                    keep = raws.append if jsonl else _skip
         r.bytes_read = raw_fh.consumed
+    if recs and jsonl:
+        recs, lines = _drop_repeated(r, recs, lines, base, raws)
     if recs:
         yield recs, (lines if lines is not None else range(base, base + len(recs)))
