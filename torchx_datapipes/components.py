@@ -40,6 +40,7 @@ def transform(
     schema: Optional[str] = None,
     na_values: Optional[str] = None,
     delimiter: Optional[str] = None,
+    header: str = "True",
     num_workers: int = 1,
     assign: str = "dynamic",
     batch_size: int = 1024,
@@ -86,10 +87,13 @@ def transform(
             parquet, files (one record per file: images, audio, any blob) or webdataset (tar shards)
         output_format: jsonl, parquet or webdataset (tar shards)
         schema: CSV column types overriding inference, e.g. 'id:int,name:str' (int, float, bool, str, date,
-            timestamp)
+            timestamp); a date or timestamp in another layout takes a strptime format in brackets (see
+            docs/formats.md)
         na_values: CSV cells read as null, comma-separated (default: pandas' list: '', NA, N/A, null, NaN,
             ...)
         delimiter: CSV field delimiter: one character, or tab (default: ',' and tab for .tsv)
+        header: whether CSV files start with a header row: true/false (also 1/0, yes/no); false: columns
+            are named 0..n-1, or by --schema when it lists every column in order
         num_workers: worker processes per rank
         assign: which slot (rank x worker) runs which unit: dynamic (claim the next unit, largest first,
             from the job's store) or static (unit i on slot i mod slots); never changes the output
@@ -144,6 +148,7 @@ def split(
     schema: Optional[str] = None,
     na_values: Optional[str] = None,
     delimiter: Optional[str] = None,
+    header: str = "True",
     num_workers: int = 1,
     assign: str = "dynamic",
     batch_size: int = 1024,
@@ -189,10 +194,13 @@ def split(
             parquet, files (one record per file: images, audio, any blob) or webdataset (tar shards)
         output_format: jsonl, parquet or webdataset (tar shards)
         schema: CSV column types overriding inference, e.g. 'id:int,name:str' (int, float, bool, str, date,
-            timestamp)
+            timestamp); a date or timestamp in another layout takes a strptime format in brackets (see
+            docs/formats.md)
         na_values: CSV cells read as null, comma-separated (default: pandas' list: '', NA, N/A, null, NaN,
             ...)
         delimiter: CSV field delimiter: one character, or tab (default: ',' and tab for .tsv)
+        header: whether CSV files start with a header row: true/false (also 1/0, yes/no); false: columns
+            are named 0..n-1, or by --schema when it lists every column in order
         num_workers: worker processes per rank
         assign: which slot (rank x worker) runs which unit: dynamic (claim the next unit, largest first,
             from the job's store) or static (unit i on slot i mod slots); never changes the output
@@ -235,6 +243,7 @@ def stats(
     schema: Optional[str] = None,
     na_values: Optional[str] = None,
     delimiter: Optional[str] = None,
+    header: str = "True",
     num_workers: int = 1,
     assign: str = "dynamic",
     batch_size: int = 4096,
@@ -277,10 +286,13 @@ def stats(
         format: input format: auto (by extension; an unknown extension is refused), jsonl, json, csv, text,
             parquet, files (one record per file: images, audio, any blob) or webdataset (tar shards)
         schema: CSV column types overriding inference, e.g. 'id:int,name:str' (int, float, bool, str, date,
-            timestamp)
+            timestamp); a date or timestamp in another layout takes a strptime format in brackets (see
+            docs/formats.md)
         na_values: CSV cells read as null, comma-separated (default: pandas' list: '', NA, N/A, null, NaN,
             ...)
         delimiter: CSV field delimiter: one character, or tab (default: ',' and tab for .tsv)
+        header: whether CSV files start with a header row: true/false (also 1/0, yes/no); false: columns
+            are named 0..n-1, or by --schema when it lists every column in order
         num_workers: worker processes per rank
         assign: which slot (rank x worker) runs which unit: dynamic (claim the next unit, largest first,
             from the job's store) or static (unit i on slot i mod slots); never changes the output

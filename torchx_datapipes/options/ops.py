@@ -29,10 +29,15 @@ _FORMAT_HELP = (
     " files (one record per file: images, audio, any blob) or webdataset (tar shards)"
 )
 _SCHEMA_HELP = (
-    "CSV column types overriding inference, e.g. 'id:int,name:str' (int, float, bool, str, date, timestamp)"
+    "CSV column types overriding inference, e.g. 'id:int,name:str' (int, float, bool, str, date, timestamp);"
+    " a date or timestamp in another layout takes a strptime format in brackets (see docs/formats.md)"
 )
 _NA_HELP = "CSV cells read as null, comma-separated (default: pandas' list: '', NA, N/A, null, NaN, ...)"
 _DELIMITER_HELP = "CSV field delimiter: one character, or tab (default: ',' and tab for .tsv)"
+_HEADER_HELP = (
+    "whether CSV files start with a header row: true/false (also 1/0, yes/no); false: columns are"
+    " named 0..n-1, or by --schema when it lists every column in order"
+)
 
 
 def _input_format(value: Any) -> None:
@@ -92,6 +97,7 @@ def _data(
         Option("schema", "str", None, _SCHEMA_HELP, optional=True, check=_schema),
         Option("na_values", "str", None, _NA_HELP, optional=True),
         Option("delimiter", "str", None, _DELIMITER_HELP, optional=True, check=_delimiter),
+        Option("header", "bool", True, _HEADER_HELP),
         Option("num_workers", "int", 1, "worker processes per rank", check=c.at_least(1)),
         Option(
             "assign",

@@ -25,6 +25,7 @@ from torchx_datapipes.io import manifest as mf
 from torchx_datapipes.io.checksum import verify
 from torchx_datapipes.io.formats import UnitReader, record_bytes
 from torchx_datapipes.io.fs import check_disjoint, expand_input_files, join
+from torchx_datapipes.io.inputs.columns import manifest_entries as renamed_columns
 from torchx_datapipes.io.layout import ERRORS_DIR
 from torchx_datapipes.io.lease import Lease, LeaseLostError, lease_lost, run_identity
 from torchx_datapipes.io.ownership import check_reserved, mark_output, refuse_foreign
@@ -423,6 +424,7 @@ class Engine:
                 "started_at": round(self.t0, 3),  # rank 0's engine start, epoch seconds
                 "wall_time_s": round(time.time() - self.t0, 3),
                 **extra,
+                **renamed_columns([(u.path, u.read) for u in self.units]),
                 "units": [unit_summary(m) for m in metas],
             }
         )

@@ -71,6 +71,7 @@ class ReadOptions:
     na_values: Optional[Tuple[str, ...]] = None  # None: the format's default null markers
     delimiter: str = ""  # "": the format's default for the file (``,``; tab for .tsv)
     max_record: int = DEFAULT_MAX_RECORD  # the record bound in bytes (``--max_record_mb``)
+    header: bool = True  # False (``--header false``): CSV files without a header row, columns 0..n-1
 
 
 @contextlib.contextmanager

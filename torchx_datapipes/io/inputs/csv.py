@@ -15,6 +15,7 @@ from collections import deque
 from typing import TYPE_CHECKING, Any, Deque, Dict, Iterator, List, Optional, Sequence, Tuple
 
 from torchx_datapipes.errors import InputError
+from torchx_datapipes.io.inputs import columns as cols
 from torchx_datapipes.io.inputs.base import (
     ArrowBatches,
     Batches,
@@ -57,6 +58,16 @@ def default_delimiter(path: str) -> str:
     return "\t" if stem_of(path).lower().endswith(".tsv") else ","
 
 
+def raw_names(names: List[str], header: bool, renamed: Sequence[Sequence[Any]]) -> List[str]:
+    """The column names the parser sees: the file's header (before renaming), or pyarrow's f0..fN-1."""
+    if not header:
+        return [f"f{i}" for i in range(len(names))]
+    raw = list(names)
+    for i, old, _ in renamed:
+        raw[int(i)] = str(old)
+    return raw
+
+
 class _Parse:
     """One pass of pyarrow's parser over a file: string batches, record lines, invalid rows."""
 
@@ -67,6 +78,8 @@ class _Parse:
         na_values: Sequence[str],
         columns: Optional[List[str]],
         block: int = 0,
+        header: bool = True,
+        raw: Optional[List[str]] = None,
     ) -> None:
         self.lines = RecordLines(delimiter)
         self.invalid: Deque[str] = deque()
@@ -75,13 +88,15 @@ class _Parse:
             null_values=list(na_values),
             strings_can_be_null=True,
             quoted_strings_can_be_null=True,
-            column_types={c: pa.binary() for c in columns} if columns else None,
+            column_types={c: pa.binary() for c in (raw or columns or [])} or None,
         )
         self.reader: Any = None
         try:
             self.reader = pacsv.open_csv(
                 tee,
-                read_options=pacsv.ReadOptions(use_threads=False, block_size=max(block, _BLOCK)),
+                read_options=pacsv.ReadOptions(
+                    use_threads=False, block_size=max(block, _BLOCK), autogenerate_column_names=not header
+                ),
                 parse_options=pacsv.ParseOptions(
                     delimiter=delimiter, newlines_in_values=True, invalid_row_handler=self._invalid
                 ),
@@ -90,10 +105,12 @@ class _Parse:
         except pa.ArrowInvalid as e:
             if "Empty CSV file" not in str(e):
                 raise
-        self.columns: List[str] = list(self.reader.schema.names) if self.reader is not None else []
+        found: List[str] = list(self.reader.schema.names) if self.reader is not None else []
+        # the planned names (unique; 0..n-1 without a header), else the file's made unique
+        self.columns = list(columns) if columns and len(columns) == len(found) else cols.dedup(found)
         if not self.columns:  # an empty file, or a BOM alone: no header, no records
             self.reader = None
-        if self.reader is not None:
+        if self.reader is not None and header:
             while len(self.lines) and self.lines.peek()[2]:
                 self.lines.pop()  # blank lines before the header
             if len(self.lines):
@@ -109,7 +126,7 @@ class _Parse:
             return
         try:
             for batch in self.reader:
-                yield ct.to_text(batch)
+                yield ct.to_text(ct.renamed(batch, self.columns))
         finally:
             self.reader.close()  # now, not at exit: the parser's reading thread calls back into Python
 
@@ -123,20 +140,37 @@ class CsvFormat(InputFormat):
         _need_pyarrow()
         na = list(ct.DEFAULT_NA if opts.na_values is None else opts.na_values)
         delims = [opts.delimiter or default_delimiter(f[0]) for f in files]
-        kinds = csv_infer.infer_files(files, delims, na, max_record=opts.max_record)
-        found = [(f, d, cols, k, b, sp) for f, d, (cols, k, b, sp) in zip(files, delims, kinds, strict=True)]
-        unified = ct.unify(k for _, _, _, k, _, _ in found)
+        kinds = csv_infer.infer_files(
+            files, delims, na, max_record=opts.max_record, header=opts.header, schema=list(opts.schema)
+        )
+        found = [(f, d, *fk) for f, d, fk in zip(files, delims, kinds, strict=True)]
+        unified = ct.unify(k for _, _, _, k, _, _, _ in found)
         known = set(unified)
         wrong = [c for c in opts.schema if c not in known]
         if wrong and found:
             raise InputError(
                 f"--schema names column(s) {', '.join(map(repr, wrong))} that no CSV input has;"
                 f" columns: {', '.join(sorted(known))}"
+                + (
+                    f"; without a header (--header false) the columns are named 0..n-1, or by --schema"
+                    f" when it lists all {len(found[0][2])} columns in order"
+                    if not opts.header
+                    else ""
+                )
             )
         unified.update(opts.schema)
         units = []
-        for (path, size, mtime), delim, cols, _, block, spans in found:
-            read = {"schema": [[c, unified[c]] for c in cols], "na_values": na, "delimiter": delim}
+        for (path, size, mtime), delim, names, _, block, spans, renames in found:
+            read: Dict[str, Any] = {
+                "schema": [[c, unified[c]] for c in names],
+                "na_values": na,
+                "delimiter": delim,
+            }
+            if not opts.header:
+                read["header"] = False
+            if renames:  # a header with duplicate names: reported on stderr and in the manifest
+                read["renamed"] = [list(r) for r in renames]
+                cols.warn(path, renames)
             if block > _BLOCK:  # a record longer than the usual block (up to --max_record_mb)
                 read["block"] = block
             if spans:  # records over --max_record_mb: left out when parsing, each a bad record
@@ -165,7 +199,7 @@ class CsvFormat(InputFormat):
             reader.add_bad(line, too_large(what, nbytes, reader.max_record), "")
         with open_unit_stream(u.path, u.size) as (fh, raw):
             try:
-                yield from self._read(reader, csv_infer.without(fh, over), schema, na, delim, block)
+                yield from self._read(reader, csv_infer.without(fh, over), schema, na, delim, block, info)
             except (TruncatedError, CorruptError) as e:
                 reader.cut(e, reader.records + len(reader.bad), raw.consumed)
             except pa.ArrowInvalid as e:
@@ -182,9 +216,13 @@ class CsvFormat(InputFormat):
         na: List[str],
         delim: str,
         block: int = 0,
+        info: Optional[Dict[str, Any]] = None,
     ) -> ArrowBatches:
         kinds = dict(schema)
-        parse = _Parse(fh, delim, na, [c for c, _ in schema] or None, block)
+        names = [c for c, _ in schema]
+        header = (info or {}).get("header", True)
+        raw = raw_names(names, header, (info or {}).get("renamed", []))
+        parse = _Parse(fh, delim, na, names or None, block, header, raw)
         ncols = len(parse.columns)
         header = delim.join(parse.columns)
         for batch, not_text in parse.batches():
@@ -236,6 +274,8 @@ class CsvFormat(InputFormat):
             error = (
                 ct.not_text_error(name, value)
                 if not kind
+                else ct.format_error(name, kind, value)
+                if "[" in kind
                 else f"column {name!r}: {ct.describe_value(value)} is not a {kind} (the column's type); fix"
                 f" the value, or read the column as text with --schema '{name}:str'"
             )

@@ -19,18 +19,23 @@ import pyarrow as pa
 import pyarrow.csv as pacsv
 
 from torchx_datapipes.errors import InputError
+from torchx_datapipes.io.inputs import columns as cols
 from torchx_datapipes.io.inputs import csv_types as ct
 from torchx_datapipes.io.inputs.base import DEFAULT_MAX_RECORD, PlannedFile, open_unit_stream, too_large
+from torchx_datapipes.io.inputs.columns import Renames
 from torchx_datapipes.io.inputs.csv_lines import RecordLines, Span, Without
 from torchx_datapipes.io.streams import CorruptError, TruncatedError
 
 _BLOCK = 1 << 20  # pyarrow reads a few blocks ahead: small blocks keep memory flat
 _MARGIN = 1 << 16  # the largest block holds a record of the bound and its neighbours' bytes
 _STRADDLES = "straddl"  # pyarrow: "straddling object straddles two block boundaries"
-FileKinds = Tuple[List[str], Dict[str, str], int, List[Span]]  # columns, kinds, parser block, records over
+# columns (unique), kinds, parser block, records over, the column names in the file (``columns.Renames``)
+FileKinds = Tuple[List[str], Dict[str, str], int, List[Span], Renames]
 
 
-def _open(fh: Any, delimiter: str, na: Sequence[str], columns: Optional[List[str]], block: int) -> Any:
+def _open(
+    fh: Any, delimiter: str, na: Sequence[str], columns: Optional[List[str]], block: int, header: bool = True
+) -> Any:
     conv = pacsv.ConvertOptions(
         null_values=list(na),
         strings_can_be_null=True,
@@ -40,7 +45,9 @@ def _open(fh: Any, delimiter: str, na: Sequence[str], columns: Optional[List[str
     try:
         return pacsv.open_csv(
             fh,
-            read_options=pacsv.ReadOptions(use_threads=False, block_size=block),
+            read_options=pacsv.ReadOptions(
+                use_threads=False, block_size=block, autogenerate_column_names=not header
+            ),
             parse_options=pacsv.ParseOptions(
                 delimiter=delimiter, newlines_in_values=True, invalid_row_handler=lambda _row: "skip"
             ),
@@ -76,7 +83,13 @@ def _close(reader: Any) -> None:
 
 
 def infer_file(
-    path: str, size: int, delimiter: str, na: Sequence[str], max_record: int = DEFAULT_MAX_RECORD
+    path: str,
+    size: int,
+    delimiter: str,
+    na: Sequence[str],
+    max_record: int = DEFAULT_MAX_RECORD,
+    header: bool = True,
+    schema: Optional[Sequence[str]] = None,
 ) -> FileKinds:
     """The columns of one CSV file, the kind of each (decided by every cell), the parser block and
     the records over the bound (left out of parsing; each is a bad record when read)."""
@@ -86,7 +99,7 @@ def infer_file(
     while True:
         block = sizes[i]
         try:
-            names, kinds, longest = _infer(path, size, delimiter, na, block, spans or [])
+            raw, names, kinds, longest = _infer(path, size, delimiter, na, block, spans or [], header, schema)
         except pa.ArrowInvalid as e:
             if _STRADDLES not in str(e):
                 raise InputError(parse_error(path, e)) from e
@@ -97,7 +110,7 @@ def infer_file(
                 raise InputError(
                     f"{path}: " + too_large("a CSV record", max_record + 1, max_record, True)
                 ) from e
-            spans = over_bound(path, size, delimiter, max_record)
+            spans = over_bound(path, size, delimiter, max_record, header)
             continue
         except (TruncatedError, CorruptError) as e:
             raise InputError(
@@ -105,12 +118,12 @@ def infer_file(
                 " or recompress the file (check it with gzip -t / zstd -t / xz -t / bzip2 -t)"
             ) from e
         if longest > max_record and spans is None:  # the parser takes up to two blocks: the bound is ours
-            spans = over_bound(path, size, delimiter, max_record)
+            spans = over_bound(path, size, delimiter, max_record, header)
             continue
-        return names, kinds, block, spans or []
+        return names, kinds, block, spans or [], cols.renames(raw, names) if header else []
 
 
-def over_bound(path: str, size: int, delimiter: str, max_record: int) -> List[Span]:
+def over_bound(path: str, size: int, delimiter: str, max_record: int, header: bool = True) -> List[Span]:
     """The records over the bound, streaming the file once (numpy, bounded memory); not the header."""
     lines = RecordLines(delimiter, limit=max_record)
     with open_unit_stream(path, size) as (fh, _):
@@ -120,7 +133,7 @@ def over_bound(path: str, size: int, delimiter: str, max_record: int) -> List[Sp
                 lines.finish()
                 break
             lines.feed(chunk)
-    if lines.spans and lines.spans[0][0] == 1:
+    if header and lines.spans and lines.spans[0][0] == 1:
         raise InputError(
             f"{path}, line 1: "
             + too_large("the CSV header", lines.spans[0][4], max_record)
@@ -140,27 +153,38 @@ def parse_error(path: str, e: Exception) -> str:
 
 
 def _infer(
-    path: str, size: int, delimiter: str, na: Sequence[str], block: int, spans: Sequence[Span]
-) -> Tuple[List[str], Dict[str, str], int]:
-    """Columns, their kinds, and the bytes of the longest row's cells (checked against the bound)."""
+    path: str,
+    size: int,
+    delimiter: str,
+    na: Sequence[str],
+    block: int,
+    spans: Sequence[Span],
+    header: bool = True,
+    schema: Optional[Sequence[str]] = None,
+) -> Tuple[List[str], List[str], Dict[str, str], int]:
+    """Names in the file, columns (unique names), their kinds, and the bytes of the longest row's cells
+    (checked against the bound)."""
     with open_unit_stream(path, size) as (fh, _):
-        head = _open(without(fh, spans), delimiter, na, None, block)
-        names: List[str] = list(head.schema.names) if head is not None else []
+        head = _open(without(fh, spans), delimiter, na, None, block, header)
+        raw: List[str] = list(head.schema.names) if head is not None else []
         _close(head)
-    if not names:
-        return [], {}, 0
+    if not raw:
+        return [], [], {}, 0
+    names = cols.dedup(raw) if header else cols.headerless(len(raw), schema)
     inf = ct.Inference()
     longest = 0
     with open_unit_stream(path, size) as (fh, _):
-        reader = _open(without(fh, spans), delimiter, na, names, block)
+        reader = _open(without(fh, spans), delimiter, na, raw, block, header)
         try:
             for batch in reader:
                 longest = max(longest, ct.longest_row(batch))
-                text, _bad = ct.to_text(batch)  # a cell that is not UTF-8 is a bad record when read
+                text, _bad = ct.to_text(
+                    ct.renamed(batch, names)
+                )  # a cell that is not UTF-8 is a bad record when read
                 inf.update(text)
         finally:
             _close(reader)  # now, not at exit: the parser's reading thread calls back into Python
-    return names, {c: inf.kinds.get(c, "null") for c in names}, longest
+    return raw, names, {c: inf.kinds.get(c, "null") for c in names}, longest
 
 
 def infer_files(
@@ -169,12 +193,14 @@ def infer_files(
     na: Sequence[str],
     threads: int = 0,
     max_record: int = DEFAULT_MAX_RECORD,
+    header: bool = True,
+    schema: Optional[Sequence[str]] = None,
 ) -> List[FileKinds]:
     """:func:`infer_file` for each file, ``threads`` at a time (0: the CPU count), in file order."""
     jobs = list(zip(files, delimiters, strict=True))
     n = max(1, min(len(jobs), threads or os.cpu_count() or 1))
     if n == 1:
-        return [infer_file(f[0], f[1], d, na, max_record) for f, d in jobs]
+        return [infer_file(f[0], f[1], d, na, max_record, header, schema) for f, d in jobs]
     with ThreadPoolExecutor(n, thread_name_prefix="csv-infer") as pool:
-        futures = [pool.submit(infer_file, f[0], f[1], d, na, max_record) for f, d in jobs]
+        futures = [pool.submit(infer_file, f[0], f[1], d, na, max_record, header, schema) for f, d in jobs]
         return [fut.result() for fut in futures]

@@ -96,8 +96,25 @@ def unify(per_file: Iterable[Dict[str, str]]) -> Dict[str, str]:
     return {c: ("string" if k == "null" else k) for c, k in out.items()}
 
 
+def split_kind(kind: str) -> Tuple[str, str]:
+    """``"date[%Y/%m/%d]"`` -> ``("date", "%Y/%m/%d")``; ``"int"`` -> ``("int", "")``."""
+    base, _, fmt = kind.partition("[")
+    return base, fmt[:-1] if fmt.endswith("]") else fmt
+
+
+def _cast_format(col: pa.Array, base: str, fmt: str) -> Tuple[pa.Array, Optional[List[int]]]:
+    """``col`` parsed with the strptime format ``fmt`` (``--schema 'd:date[%Y/%m/%d]'``)."""
+    parsed = pc.strptime(col, format=fmt, unit="us", error_is_null=True)
+    failed = pc.and_(pc.is_valid(col), pc.is_null(parsed))
+    wrong = [i for i, v in enumerate(failed.to_pylist()) if v] if pc.any(failed).as_py() else None
+    return (pc.cast(parsed, pa.date32()) if base == "date" else parsed), wrong
+
+
 def cast_column(col: pa.Array, kind: str) -> Tuple[pa.Array, Optional[List[int]]]:
     """``col`` (strings) as ``kind``; the indexes of cells that do not fit, or None when all fit."""
+    base, fmt = split_kind(kind)
+    if fmt:
+        return _cast_format(col, base, fmt)
     if kind == "string":
         return col, None
     if kind == "bool":
@@ -121,6 +138,23 @@ def cast_column(col: pa.Array, kind: str) -> Tuple[pa.Array, Optional[List[int]]
     mask = pa.array([i not in bad_set for i in range(len(col))]) if bad else None
     fixed = pc.if_else(mask, col, pa.scalar(None, pa.string())) if mask is not None else col
     return pc.cast(fixed, ARROW[kind]), bad
+
+
+def renamed(batch: pa.RecordBatch, names: List[str]) -> pa.RecordBatch:
+    """``batch`` with its columns named ``names`` (unique names for a header with duplicates)."""
+    if list(batch.schema.names) == names:
+        return batch
+    return pa.RecordBatch.from_arrays(batch.columns, names=names)
+
+
+def format_error(name: str, kind: str, value: Any) -> str:
+    """The error of a cell that does not match the column's ``--schema`` date/timestamp format."""
+    base, fmt = split_kind(kind)
+    return (
+        f"column {name!r}: {describe_value(value)} is not a {base} in the format {fmt!r} (from --schema"
+        f" '{name}:{kind}'); fix the value, or change the format, or read the column as text with"
+        f" --schema '{name}:str'"
+    )
 
 
 def describe_value(v: Any) -> str:

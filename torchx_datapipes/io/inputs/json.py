@@ -11,6 +11,7 @@ import orjson
 
 from torchx_datapipes.errors import InputError
 from torchx_datapipes.io.bigints import TooDeep, loads_exact, may_hold_big_int
+from torchx_datapipes.io.inputs import dupkeys
 from torchx_datapipes.io.inputs.base import (
     BOM,
     Batches,
@@ -96,9 +97,13 @@ class JsonFormat(InputFormat):
                 " JSON array of records, one object, or JSON Lines. Fix the file, or pass --format jsonl"
             ) from e
         items = doc if isinstance(doc, list) else [doc]
+        repeated = dupkeys.repeated_items(data, doc)  # objects that repeat a key: bad records
         recs: List[Any] = []
         rows: List[int] = []
         for i, rec in enumerate(items, 1):
+            if i - 1 in repeated:
+                reader.add_bad(i, dupkeys.message(repeated[i - 1]), show(orjson.dumps(rec)))
+                continue
             if reader.objects_only and rec.__class__ is not dict:
                 reader.add_bad(
                     i, f"expected a JSON object per array item, got {json_type(rec)}", show(orjson.dumps(rec))

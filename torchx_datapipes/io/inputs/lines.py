@@ -11,7 +11,9 @@ import orjson
 
 from torchx_datapipes.errors import DatapipesError
 from torchx_datapipes.io.bigints import TooDeep, loads_exact, may_hold_big_int
+from torchx_datapipes.io.inputs import dupkeys
 from torchx_datapipes.io.inputs.base import BOM, Batches, InputFormat, open_unit_stream, too_large
+from torchx_datapipes.io.inputs.dupkeys import DuplicateKey
 from torchx_datapipes.io.streams import CorruptError, TruncatedError
 
 if TYPE_CHECKING:
@@ -197,6 +199,40 @@ def _count_newlines(r: "UnitReader", upto: int) -> int:
         return n
 
 
+_KEY_END = b'":'  # ends every key of compact JSON (dupkeys.may_repeat)
+
+
+def _skip(_raw: bytes) -> None:
+    pass
+
+
+def _drop_repeated(
+    r: "UnitReader", recs: List[Any], lines: Optional[List[int]], base: int, raws: List[bytes]
+) -> Tuple[List[Any], Optional[List[int]]]:
+    """``recs`` without the objects that repeat a key, each a bad record naming it (``dupkeys``).
+
+    Once per batch: the key colons (``":``) of its lines against the keys orjson returned, then
+    against orjson's encoding of what it parsed (nested objects); equal means no repeated key."""
+    raw_keys = b"".join(raws).count(_KEY_END)
+    try:
+        if raw_keys <= sum(map(len, recs)) or raw_keys <= orjson.dumps(recs).count(_KEY_END):
+            return recs, lines
+    except TypeError:  # an int beyond 64 bits, or a record that is a number: look line by line
+        pass
+    at = lines if lines is not None else range(base, base + len(recs))
+    keep_recs: List[Any] = []
+    keep_lines: List[int] = []
+    for rec, lineno, raw in zip(recs, at, raws, strict=True):
+        try:
+            dupkeys.check(raw, rec)
+        except DuplicateKey as e:
+            r.add_bad(lineno, str(e), show(raw))
+            continue
+        keep_recs.append(rec)
+        keep_lines.append(lineno)
+    return (recs, lines) if len(keep_recs) == len(recs) else (keep_recs, keep_lines)
+
+
 def _lines(r: "UnitReader", jsonl: bool) -> Batches:
     # Hot loop. Line numbers of a batch are a ``range`` until a blank or bad line breaks the
     # run; only then is an explicit list built.
@@ -205,6 +241,8 @@ def _lines(r: "UnitReader", jsonl: bool) -> Batches:
     objects_only = jsonl and r.objects_only
     recs: List[Any] = []
     lines: Optional[List[int]] = None
+    raws: List[bytes] = []  # the lines of ``recs`` (JSON Lines: checked for repeated keys per batch)
+    keep = raws.append if jsonl else _skip
     base = 0
     with open_unit_stream(r.unit.path, r.unit.size, buffered=False) as (fh, raw_fh):
         for item in _raw_chunks(r, fh, raw_fh):
@@ -237,9 +275,16 @@ def _lines(r: "UnitReader", jsonl: bool) -> Batches:
                 elif not recs:
                     base = lineno
                 recs.append(rec)
+                keep(raw)
                 if len(recs) >= size:
-                    yield recs, (lines if lines is not None else range(base, base + len(recs)))
-                    recs, lines = [], None
+                    if jsonl:
+                        recs, lines = _drop_repeated(r, recs, lines, base, raws)
+                    if recs:
+                        yield recs, (lines if lines is not None else range(base, base + len(recs)))
+                    recs, lines, raws = [], None, []
+                    keep = raws.append if jsonl else _skip
         r.bytes_read = raw_fh.consumed
+    if recs and jsonl:
+        recs, lines = _drop_repeated(r, recs, lines, base, raws)
     if recs:
         yield recs, (lines if lines is not None else range(base, base + len(recs)))

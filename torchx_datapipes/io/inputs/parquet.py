@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING, Any, Iterator, List, Sequence
 import fsspec
 
 from torchx_datapipes.errors import InputError
+from torchx_datapipes.io.inputs import columns as cols
 from torchx_datapipes.io.inputs.base import (
     ArrowBatches,
     Batches,
@@ -65,8 +66,13 @@ class ParquetFormat(InputFormat):
         for path, size, mtime in files:
             with open_parquet(path) as pf:
                 groups = int(pf.num_row_groups)
+                raw = list(pf.schema_arrow.names)
+            done = cols.renames(raw, cols.dedup(raw))
+            read = {"renamed": [list(r) for r in done]} if done else None  # duplicate column names
+            cols.warn(path, done)
             units.extend(
-                Unit(0, path, size, row_group=rg, format=self.name, mtime=mtime) for rg in range(groups)
+                Unit(0, path, size, row_group=rg, format=self.name, mtime=mtime, read=read)
+                for rg in range(groups)
             )
         return units
 
@@ -82,16 +88,27 @@ class ParquetFormat(InputFormat):
         import pyarrow as pa
 
         rg = reader.unit.row_group
+        renamed = bool((reader.unit.read or {}).get("renamed"))
         with open_parquet(reader.unit.path) as pf:
             first = sum(pf.metadata.row_group(i).num_rows for i in range(rg))
             row = first
             try:
                 for batch in pf.iter_batches(row_groups=[rg], batch_size=rows):
+                    if renamed:
+                        batch = pa.RecordBatch.from_arrays(batch.columns, schema=_renamed(batch.schema))
                     yield batch, range(row + 1, row + 1 + batch.num_rows)
                     row += batch.num_rows
             except (OSError, pa.ArrowInvalid) as e:
                 _damaged(reader, pf, rg, first, row, e)
         reader.bytes_done = reader.bytes_read = reader.unit.nbytes
+
+
+def _renamed(schema: Any) -> Any:
+    """``schema`` with duplicate names made unique like pandas (field types and metadata kept)."""
+    import pyarrow as pa
+
+    names = cols.dedup(schema.names)
+    return pa.schema([f.with_name(n) for f, n in zip(schema, names)], metadata=schema.metadata)
 
 
 def _damaged(reader: "UnitReader", pf: Any, rg: int, first: int, row: int, e: Exception) -> None:

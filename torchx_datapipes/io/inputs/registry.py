@@ -12,6 +12,7 @@ Adding a built-in format is one module under ``io/inputs/`` plus one line in ``_
 
 import importlib
 import posixpath
+import re
 import urllib.parse
 from importlib.metadata import entry_points
 from typing import Dict, FrozenSet, Iterable, List, Optional, Tuple, Type, Union
@@ -46,6 +47,11 @@ def register_format(name: str, cls: Union[str, Type[InputFormat]], clobber: bool
 def format_names() -> Tuple[str, ...]:
     eps = {ep.name for ep in entry_points(group=ENTRY_POINT_GROUP)}
     return tuple(sorted({*_KNOWN, *_REGISTERED, *eps}))
+
+
+def builtin_format_names() -> Tuple[str, ...]:
+    """The formats this package ships (docs/options.md and the component help list them)."""
+    return tuple(sorted(_KNOWN))
 
 
 _CACHE: Dict[str, Type[InputFormat]] = {}
@@ -149,11 +155,15 @@ def resolve(path: str, fmt: str) -> str:
 
 
 # -- the format spec: the --format value plus the format options, as one string ---------------
-def encode_spec(fmt: str, schema: str = "", na_values: Optional[str] = None, delimiter: str = "") -> str:
-    """``fmt`` alone, or ``fmt?delimiter=...&na_values=...&schema=...`` when options are given."""
+def encode_spec(
+    fmt: str, schema: str = "", na_values: Optional[str] = None, delimiter: str = "", header: bool = True
+) -> str:
+    """``fmt`` alone, or ``fmt?delimiter=...&header=false&na_values=...&schema=...`` with options."""
     query = {k: v for k, v in (("delimiter", delimiter), ("na_values", na_values), ("schema", schema)) if v}
     if na_values == "":
         query["na_values"] = ""
+    if not header:
+        query["header"] = "false"
     return fmt if not query else f"{fmt}?{urllib.parse.urlencode(sorted(query.items()))}"
 
 
@@ -164,6 +174,7 @@ def decode_spec(spec: str) -> Tuple[str, ReadOptions]:
         schema=parse_schema(q.get("schema", "")),
         na_values=None if "na_values" not in q else tuple(v for v in q["na_values"].split(",")),
         delimiter=parse_delimiter(q.get("delimiter", "")),
+        header=q.get("header", "true") != "false",
     )
 
 
@@ -172,21 +183,62 @@ TYPE_NAMES = {
     "bool": "bool", "boolean": "bool", "str": "string", "string": "string", "date": "date",
     "timestamp": "timestamp", "datetime": "timestamp",
 }  # fmt: skip
+# the strptime directives pyarrow's parser supports (``pyarrow.compute.strptime``; no %f)
+STRPTIME_DIRECTIVES = "aAbBdHIjmMpSyYz%"
+_ITEM = re.compile(r"^(?P<col>.+?)\s*:\s*(?P<typ>[A-Za-z0-9_]+)\s*(?:\[(?P<fmt>[^\]]*)\])?$")
+
+
+def _schema_items(text: str) -> List[str]:
+    """``text`` split at the commas outside ``[...]`` (a date format may hold a comma)."""
+    items, depth, cur = [], 0, ""
+    for ch in text:
+        depth += (ch == "[") - (ch == "]") if ch in "[]" else 0
+        if ch == "," and depth <= 0:
+            items.append(cur)
+            cur, depth = "", 0
+        else:
+            cur += ch
+    return [*items, cur]
+
+
+def check_strptime(item: str, fmt: str) -> None:
+    """A date/timestamp format of ``--schema``: strptime directives pyarrow can parse."""
+    bad = [d for d in re.findall(r"%(.?)", fmt) if d not in STRPTIME_DIRECTIVES]
+    if not fmt or "%" not in fmt or bad:
+        why = f"unsupported directive(s) {', '.join('%' + d for d in bad)}" if bad else "no directive"
+        raise ValueError(
+            f"--schema item {item!r}: the format {fmt!r} is not a strptime format ({why}); use the"
+            f" directives {' '.join('%' + d for d in STRPTIME_DIRECTIVES if d != '%')}, e.g."
+            " 'day:date[%Y/%m/%d]' or 'at:timestamp[%d.%m.%Y %H:%M]'"
+        )
 
 
 def parse_schema(text: str) -> Dict[str, str]:
-    """``'col:int,other:str'`` -> ``{"col": "int", "other": "string"}``."""
+    """``'id:int,d:date[%Y/%m/%d]'`` -> ``{"id": "int", "d": "date[%Y/%m/%d]"}``.
+
+    The order of the columns is kept (``--header false`` names the columns from it)."""
     out: Dict[str, str] = {}
-    for item in (p.strip() for p in text.split(",")):
+    for item in (p.strip() for p in _schema_items(text)):
         if not item:
             continue
-        col, sep, typ = item.rpartition(":")
-        if not sep or not col or typ.strip().lower() not in TYPE_NAMES:
+        m = _ITEM.match(item)
+        typ = m.group("typ").lower() if m else ""
+        if m is None or typ not in TYPE_NAMES or not m.group("col").strip():
             raise ValueError(
                 f"--schema item {item!r} must look like column:type with type one of"
-                f" {', '.join(sorted(set(TYPE_NAMES)))} (e.g. --schema 'id:int,name:str')"
+                f" {', '.join(sorted(set(TYPE_NAMES)))} (e.g. --schema 'id:int,name:str'); a date or"
+                " timestamp in another layout takes a strptime format: 'day:date[%Y/%m/%d]'"
             )
-        out[col.strip()] = TYPE_NAMES[typ.strip().lower()]
+        kind, fmt = TYPE_NAMES[typ], m.group("fmt")
+        if fmt is not None:
+            if kind not in ("date", "timestamp"):
+                raise ValueError(
+                    f"--schema item {item!r}: only date and timestamp take a [format],"
+                    " e.g. 'day:date[%Y/%m/%d]'"
+                )
+            check_strptime(item, fmt)
+            kind = f"{kind}[{fmt}]"
+        out[m.group("col").strip()] = kind
     return out
 
 
