@@ -238,15 +238,23 @@ def test_split_keeps_types(tmp_path: Path) -> None:
 def test_split_jsonl_keeps_numbers(tmp_path: Path) -> None:
     table = typed_table(n=300).select(["i64", "f64", "i32", "year", "flag", "tag"])
     path = write_parquet(tmp_path / "in/typed.parquet", table)
+    nans = sum(1 for v in table.column("f64").to_pylist() if v is not None and math.isnan(v))
+    assert nans > 0
     out = tmp_path / "split"
-    run_op("split", str(path), out, "--fractions", "train=0.5,val=0.5")
+    m = run_op("split", str(path), out, "--fractions", "train=0.5,val=0.5", "--on_error", "skip")
     got = [
-        json.loads(line) for p in sorted(out.glob("*/part-*.jsonl")) for line in p.read_text().splitlines()
+        json.loads(line)
+        for split in ("train", "val")
+        for p in sorted((out / split).glob("part-*.jsonl"))
+        for line in p.read_text().splitlines()
     ]
-    assert len(got) == 300
+    # JSON has no NaN: a record holding one is a bad record naming the field, never a silent null
+    assert len(got) == 300 - nans and m["bad"] == nans
+    errors = [json.loads(x) for p in (out / "_errors").glob("*") for x in p.read_text().splitlines()]
+    assert len(errors) == nans and all("field f64: NaN/inf" in e["error"] for e in errors)
     for r in got:
         assert r["i64"] is None or type(r["i64"]) is int
-        assert r["f64"] is None or type(r["f64"]) is float  # NaN is written as null by the JSONL writer
+        assert r["f64"] is None or (type(r["f64"]) is float and math.isfinite(r["f64"]))
         assert type(r["flag"]) is bool and type(r["i32"]) is int
 
 
