@@ -43,6 +43,10 @@ class StatsOp:
         return {"stats": self.config.to_dict(), "fn": self.fn is not None}
 
     def run(self, ctx: PassContext) -> None:
+        if self.config.fields and self.fn is None:  # every rank, before any work: a typo fails fast
+            from torchx_datapipes.stats.fieldcheck import check_fields
+
+            check_fields(self.config.fields, ctx.units)
         ctx.run_pass("main", self.process)
 
     def partial_url(self, unit: Unit) -> str:
