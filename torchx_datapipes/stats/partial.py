@@ -10,6 +10,7 @@ profiled as the values of a pseudo-field named ``"$value"`` (:data:`VALUE_FIELD`
 
 from __future__ import annotations
 
+import base64
 import json
 import struct
 from itertools import chain
@@ -134,11 +135,11 @@ class StatsPartial:
 
     def result(self) -> dict[str, Any]:
         """The statistics document: ``{"records": N, "config": {...}, "fields": {name: {...}}}``."""
-        return {
-            "records": self.records,
-            "config": self.config.to_dict(),
-            "fields": {name: acc.result(self.records) for name, acc in self.fields.items()},
-        }
+        fields = {name: acc.result(self.records) for name, acc in self.fields.items()}
+        for name, acc in self.fields.items():  # the quantile sketch itself: drift compares two of them
+            if acc.numeric is not None and acc.numeric.moments.count:
+                fields[name]["numeric"]["sketch"] = base64.b64encode(acc.numeric.kll.serialize()).decode()
+        return {"records": self.records, "config": self.config.to_dict(), "fields": fields}
 
 
 def _columns(dicts: list[dict[Any, Any]], fields: tuple[str, ...] | None) -> list[tuple[Any, list[Any]]]:
