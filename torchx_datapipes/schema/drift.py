@@ -84,9 +84,9 @@ def decide(d: Drift, method: str = "auto", threshold: float | None = None) -> Dr
     if value is None:
         d.checked, d.note = False, f"{method} is not available for a {d.kind} field"
         return d
-    d.method, d.value = method, value
+    d.method, d.value = method, float(value)
     d.threshold = THRESHOLDS[method] if threshold is None else threshold
-    d.drifted = value < d.threshold if method in ("ks", "chi2") else value > d.threshold
+    d.drifted = bool(value < d.threshold if method in ("ks", "chi2") else value > d.threshold)
     return d
 
 

@@ -5,8 +5,10 @@
 - ``id-like``: every value (nearly) distinct, so a domain or a distribution of it means nothing:
   strings whose distinct count is at least :data:`ID_LIKE_RATIO` of their count, or integers that
   are a permutation of a consecutive range (span + 1 = count and the std of a uniform range),
-  the usual shape of row ids. Integers with gaps are not detected (numbers carry no distinct
-  count). Fields with fewer than :data:`ID_LIKE_MIN_COUNT` values are never id-like.
+  the usual shape of row ids; integers with gaps are id-like too while the quantile sketch is
+  exact (up to ~1,000 values per field: it then holds every value, see ``StatsPartial.result``);
+  beyond that, numbers carry no distinct count and only consecutive ranges are detected.
+  Fields with fewer than :data:`ID_LIKE_MIN_COUNT` values are never id-like.
 """
 
 from __future__ import annotations
