@@ -30,6 +30,7 @@ from torchx_datapipes.schema.validate import AnomaliesFoundError, build, failure
 from torchx_datapipes.stats import StatsConfig, StatsPartial
 
 ANOMALIES_JSON = "anomalies.json"
+_JSON_OPTS = orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY
 REPORT_HTML = "report.html"
 
 
@@ -112,8 +113,8 @@ class ValidateOp(StatsOp):
             "baseline": self.baseline_url,
             "anomalies": len(anomalies),
         }
-        write_file(join(self.output, STATS_JSON), orjson.dumps(doc, option=orjson.OPT_INDENT_2))
-        write_file(join(self.output, ANOMALIES_JSON), orjson.dumps(anomalies, option=orjson.OPT_INDENT_2))
+        write_file(join(self.output, STATS_JSON), orjson.dumps(doc, option=_JSON_OPTS))
+        write_file(join(self.output, ANOMALIES_JSON), orjson.dumps(anomalies, option=_JSON_OPTS))
         write_report(
             join(self.output, REPORT_HTML), doc, self.baseline, drifts, anomalies, "Validation report"
         )

@@ -84,6 +84,7 @@ def _gcf(a: float, x: float) -> float:
 
 def chi2_test(a: list[float], b: list[float]) -> float:
     """p-value of the chi-square test of homogeneity of two count vectors over the same categories."""
+    a, b = [float(x) for x in a], [float(y) for y in b]
     na, nb = sum(a), sum(b)
     if na <= 0 or nb <= 0:
         return 1.0
