@@ -200,3 +200,17 @@ def test_bad_schema_names_file_and_key(tmp_path: Path) -> None:
     p.write_text(json.dumps({"fields": {"x": {"type": "flaot"}}}))
     with pytest.raises(SchemaError, match="'flaot' is not a type"):
         Schema.load(str(p))
+
+
+def test_python_api_builds_the_validate_app(base: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from torchx_datapipes import api
+
+    monkeypatch.chdir(base)
+    app = api.validate(str(base / "train/*.jsonl"), str(base / "api-out"), str(base / "schema.json"),
+                       baseline=str(base / "stats"), fail_on="warning", j="1x1")  # fmt: skip
+    cmd = app.roles[0].args[-1]
+    assert " validate " in cmd and "--schema" in cmd and "--fail_on warning" in cmd and "--baseline" in cmd
+    with pytest.raises(ValueError, match="fail_on must be one of error, warning, never"):
+        api.validate(
+            str(base / "train/*.jsonl"), str(base / "api-out"), str(base / "schema.json"), fail_on="x"
+        )
