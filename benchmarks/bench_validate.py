@@ -114,14 +114,16 @@ _EVIDENTLY = textwrap.dedent(
     ref, cur = pd.read_csv(sys.argv[1]), pd.read_csv(sys.argv[2])
     snap = Report([DataDriftPreset()]).run(reference_data=ref, current_data=cur)
     d = snap.dict()
-    drifted = []
+    scores, count = [], None
     for m in d.get("metrics", []):
         v = m.get("value")
         cfg = json.dumps(m.get("config", m.get("metric_id", "")), default=str)
         if isinstance(v, (int, float)) and "ValueDrift" in cfg:
-            col = m.get("config", {}).get("column") or cfg
-            drifted.append((str(col), float(v)))
-    print(json.dumps({"records_in": len(cur), "metrics": len(d.get("metrics", [])), "values": drifted}))
+            scores.append((str(m.get("config", {}).get("column") or cfg), float(v)))
+        elif isinstance(v, dict) and "DriftedColumnsCount" in cfg:
+            count = v
+    print(json.dumps({"records_in": len(cur), "drift_scores": scores, "drifted_columns": count,
+                      "anomalies": [c for c, v in scores if v >= 0.1]}))
     """
 )
 
@@ -163,7 +165,7 @@ def reference_row(kind: str, python: str, ref: Path, cur: Path, rows: int, workd
     if got is not None:
         row.records_out = got.get("records_in")
         row.extra.update(got)
-        row.note = f"{len(got.get('anomalies', got.get('values', [])))} findings"
+        row.note = f"{len(got.get('anomalies', []))} findings"
     else:
         row.note = m.tail(5).replace("\n", " | ")[-300:]
     return row

@@ -214,3 +214,38 @@ def test_python_api_builds_the_validate_app(base: Path, monkeypatch: pytest.Monk
         api.validate(
             str(base / "train/*.jsonl"), str(base / "api-out"), str(base / "schema.json"), fail_on="x"
         )
+
+
+def test_profile_guided_checks_find_what_a_full_check_finds(base: Path, tmp_path: Path) -> None:
+    """The op walks only the columns its profile flags; a full record-by-record check agrees."""
+    from torchx_datapipes.schema.check import RecordChecker
+
+    rng = random.Random(11)
+    recs = penguins(1500, seed=12)
+    for i in rng.sample(range(1500), 40):
+        kind = rng.randrange(6)
+        r = recs[i]
+        if kind == 0:
+            r["species"] = rng.choice(("Emperor", "King"))
+        elif kind == 1:
+            r["body_mass_g"] = "heavy"
+        elif kind == 2:
+            r.pop("island", None)
+            r.pop("year")
+        elif kind == 3:
+            r["vec"] = [1.0]
+        elif kind == 4:
+            r[f"new{rng.randrange(3)}"] = i
+        else:
+            r["bill_length_mm"] = None
+    write_jsonl(tmp_path / "m.jsonl", recs)
+    with pytest.raises(AnomaliesFoundError):
+        run_op("validate", str(tmp_path / "m.jsonl"), tmp_path / "v", "--schema", str(base / "schema.json"),
+               "--batch_size", "64")  # fmt: skip
+    got = {(a["field"], a["kind"]): (a["count"], a["examples"]) for a in anomalies(tmp_path / "v")
+           if a["kind"] not in ("low_presence", "drift", "record_count")}  # fmt: skip
+    full = RecordChecker(Schema.load(str(base / "schema.json")))
+    f = str(tmp_path / "m.jsonl")
+    full.check_records(recs, lambda i: (f, i + 1))
+    want = {(fk[0], fk[1]): (it["count"], it["examples"]) for fk, it in full.found.items.items()}
+    assert got == want and len(want) >= 5

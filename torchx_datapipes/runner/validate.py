@@ -25,6 +25,7 @@ from torchx_datapipes.schema.anomalies import Found, at_or_above
 from torchx_datapipes.schema.check import RecordChecker
 from torchx_datapipes.schema.check_arrow import check_arrow
 from torchx_datapipes.schema.compare import load_stats
+from torchx_datapipes.schema.fast import snapshot, suspects
 from torchx_datapipes.schema.model import Schema
 from torchx_datapipes.schema.validate import AnomaliesFoundError, build, failure_message
 from torchx_datapipes.stats import StatsConfig, StatsPartial
@@ -83,14 +84,21 @@ class ValidateOp(StatsOp):
         elif reader.columnar:
             for batch, lines in reader.arrow_batches():
                 sink.drain_parse_errors()
+                before = snapshot(partial)
                 partial.update_arrow(batch)
-                check_arrow(checker, batch, _locator(reader, lines))
+                names = suspects(self.schema, checker.kinds, partial, before, batch.num_rows)
+                if names:
+                    check_arrow(checker, batch, _locator(reader, lines), names)
             sink.drain_parse_errors()
         else:
             for recs, lines in reader.batches():
                 sink.drain_parse_errors()
+                before = snapshot(partial)
                 partial.update(recs)
-                checker.check_records(recs, _locator(reader, lines))
+                # the profile just updated says which columns may break a rule: only those are walked
+                names = suspects(self.schema, checker.kinds, partial, before, len(recs))
+                if names:
+                    checker.check_records(recs, _locator(reader, lines), names)
             sink.drain_parse_errors()
         files = [
             write_summed(self.output, unit_file(unit.name, "stats"), partial.to_bytes()),

@@ -7,6 +7,7 @@ walked in Python, to find the offending records' file, line and value (up to 5 p
 
 from __future__ import annotations
 
+from itertools import repeat
 from operator import itemgetter
 from typing import Any, Callable, Sequence
 
@@ -46,15 +47,20 @@ class RecordChecker:
         self.kinds = {n: allowed_kinds(f) for n, f in schema.fields.items()}
         self.domains = {n: set(f.domain) for n, f in schema.fields.items() if f.domain is not None}
 
-    def check_records(self, recs: list[Any], locate: Locate) -> None:
-        """One batch of parsed records (dicts; anything else is a type mismatch of ``$value``)."""
-        dicts = (
-            recs if all(type(r) is dict for r in recs) else [r if isinstance(r, dict) else {} for r in recs]
-        )
-        keys: set[Any] = set().union(*dicts) if dicts else set()
-        for key in keys - self.known:
-            self._new_field(str(key), dicts, locate)
-        for name, values in zip(self.names, _aligned(dicts, self.names), strict=True):
+    def check_records(self, recs: list[Any], locate: Locate, only: list[str] | None = None) -> None:
+        """One batch of parsed records (dicts; anything else is a type mismatch of ``$value``).
+
+        ``only``: check just these fields (schema fields and new ones), e.g. :func:`fast.suspects`.
+        """
+        dicts = recs if set(map(type, recs)) <= {dict} else [r if isinstance(r, dict) else {} for r in recs]
+        if only is None:
+            keys: set[Any] = set().union(*dicts) if dicts else set()
+            new, names = [str(k) for k in keys - self.known], self.names
+        else:
+            new, names = [k for k in only if k not in self.known], [n for n in self.names if n in only]
+        for key in new:
+            self._new_field(key, dicts, locate)
+        for name, values in zip(names, _aligned(dicts, names), strict=True):
             self.check_column(name, values, locate)
 
     def _new_field(self, name: str, dicts: list[dict[Any, Any]], locate: Locate) -> None:
@@ -114,9 +120,12 @@ class RecordChecker:
 
     def _domain(self, name: str, values: list[Any], types: set[type], clean: bool, locate: Locate) -> None:
         domain = self.domains[name]
-        strings = values if clean and types == {str} else [v for v in values if isinstance(v, str)]
-        unseen = set(strings) - domain
+        if all(t.__hash__ is not None for t in types):  # one C-level set; nulls and numbers drop out below
+            unseen = {v for v in set(values) - domain if isinstance(v, str)}
+        else:
+            unseen = {v for v in values if isinstance(v, str)} - domain
         if unseen:
+            strings = [v for v in values if isinstance(v, str)]
             self._where(
                 name, "unexpected_values", values, lambda v: isinstance(v, str) and v in unseen, locate
             )
@@ -173,8 +182,14 @@ def _aligned(dicts: list[dict[Any, Any]], names: list[str]) -> list[list[Any]]:
         if len(names) == 1:
             return [list(map(itemgetter(names[0]), dicts))]
         return [list(c) for c in zip(*map(itemgetter(*names), dicts), strict=True)]
-    except KeyError:
-        return [[r.get(n, ABSENT) for r in dicts] for n in names]
+    except KeyError:  # some record lacks some field: that field by dict.get, the others as above
+        out = []
+        for n in names:
+            try:
+                out.append(list(map(itemgetter(n), dicts)))
+            except KeyError:
+                out.append(list(map(dict.get, dicts, repeat(n), repeat(ABSENT))))
+        return out
 
 
 def _is_num(v: Any) -> bool:

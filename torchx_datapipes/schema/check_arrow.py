@@ -7,7 +7,7 @@ through :meth:`RecordChecker.check_column` on their Python values, as the stats 
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Optional
 
 import numpy as np
 import pyarrow as pa
@@ -18,17 +18,23 @@ from torchx_datapipes.schema.check import ABSENT, Locate, RecordChecker, _exampl
 from torchx_datapipes.stats.columnar import _kind
 
 
-def check_arrow(checker: RecordChecker, batch: Any, locate: Locate) -> None:
-    """Check one ``pyarrow.RecordBatch``; anomalies go to ``checker.found``."""
+def check_arrow(checker: RecordChecker, batch: Any, locate: Locate, only: Optional[list[str]] = None) -> None:
+    """Check one ``pyarrow.RecordBatch``; anomalies go to ``checker.found``.
+
+    ``only``: check just these fields (schema fields and new ones), e.g. :func:`fast.suspects`.
+    """
     names = batch.schema.names
     n = batch.num_rows
     found = checker.found
+    wanted = set(names) | set(checker.schema.fields) if only is None else set(only)
     for name in names:
-        if name not in checker.known:
+        if name not in checker.known and name in wanted:
             col = batch.column(name)
             mask = _np(pc.is_valid(col))
             _add(found, name, "new_field", mask, col, locate)
     for name, fs in checker.schema.fields.items():
+        if name not in wanted:
+            continue
         if name not in names:
             if fs.required and n:
                 found.add(name, "missing_field", n, _examples(range(min(n, 5)), [ABSENT] * min(n, 5), locate))
