@@ -8,7 +8,7 @@ usage (from the repo root)::
     .venv/bin/python benchmarks/bench_validate.py --ref-python /tmp/evid/bin/python   # evidently's venv
 
 Per size the same two generated CSV tables (``reference`` and ``current``: 7 penguin-like columns,
-``current`` shifted so two fields drift, plus a few bad values) are used by every method, each
+``current`` with its bill length and species mix shifted) are used by every method, each
 run as a whole subprocess (wall time; peak RSS summed over the process tree):
 
 - ``ddp-job``: a trivial ``torchx run -s local_cwd dist.ddp -j 1x2`` (the launch floor).
