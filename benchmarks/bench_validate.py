@@ -7,6 +7,11 @@ usage (from the repo root)::
     .venv/bin/python benchmarks/bench_validate.py --rows 20000 --json r.json --ref-python none
     .venv/bin/python benchmarks/bench_validate.py --ref-python /tmp/evid/bin/python   # evidently's venv
 
+The reference lives in its own throwaway venv (evidently 0.7 needs ``pandas<3``, which the dev
+environment does not have; TFDV pins TensorFlow and Beam)::
+
+    python3 -m venv /tmp/evid && /tmp/evid/bin/pip install evidently "pandas<3"
+
 Per size the same two generated CSV tables (``reference`` and ``current``: 7 penguin-like columns,
 ``current`` with its bill length and species mix shifted) are used by every method, each
 run as a whole subprocess (wall time; peak RSS summed over the process tree):
