@@ -6,7 +6,7 @@ TORCH_SPEC ?= torch==2.13.0
 BIN := $(VENV)/bin
 PIP := $(BIN)/python -m pip
 
-.PHONY: demo test install install-dev services lint typecheck pytest bench bench-cache clean
+.PHONY: demo test install install-dev services lint typecheck pytest test-slurm test-ray bench bench-cache clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -26,8 +26,13 @@ $(VENV)/.installed: pyproject.toml | $(BIN)/python
 # its other requirements.
 LITDATA_SPEC ?= litdata==0.2.76
 
+# ray[default] (~25 s on top of torch; the Ray e2e test runs in `make test`) with torch pinned as
+# a constraint, so it never resolves another torch.
+RAY_SPEC ?= ray[default]>=2.40
+
 $(VENV)/.installed-dev: $(VENV)/.installed pyproject.toml
 	$(PIP) install -q -e ".[dev]"
+	$(PIP) install -q "$(RAY_SPEC)" "$(TORCH_SPEC)"
 	$(PIP) check
 	$(PIP) install -q --no-deps "$(LITDATA_SPEC)"
 	touch $@
@@ -52,6 +57,14 @@ pytest: install-dev services
 	source $(BIN)/activate && pytest -q --durations=30
 
 test: install-dev services lint typecheck pytest
+
+# Only the cluster-scheduler end-to-end tests (both also run in `make test`): a private two-node
+# Slurm cluster, and a private local Ray head (docs/cluster.md "Run on Slurm", "Run on Ray").
+test-slurm: install-dev services
+	source $(BIN)/activate && pytest -q tests/test_slurm.py tests/test_slurm_client.py
+
+test-ray: install-dev
+	source $(BIN)/activate && pytest -q tests/test_ray.py
 
 bench: install
 	$(PIP) install -q -e ".[bench]"

@@ -36,3 +36,13 @@ if ! port_open 11211; then
   wait_port 11211 memcached
 fi
 echo "memcached: 127.0.0.1:11211 up"
+
+# Slurm: the slurm tests start a private two-node cluster of their own (tests/slurm_cluster.py);
+# here only its programs are installed. Its accounting (slurmdbd, which `torchx status` needs)
+# uses the MariaDB on 127.0.0.1:3306 (root, no password) that this machine already runs.
+if ! command -v slurmctld >/dev/null || ! command -v slurmd >/dev/null || ! command -v slurmdbd >/dev/null \
+  || ! command -v sbatch >/dev/null || ! command -v munged >/dev/null || ! command -v mysql >/dev/null; then
+  apt_install slurmctld slurmd slurm-client slurmdbd munge mariadb-client
+fi
+echo "slurm:     $(slurmctld -V 2>/dev/null) (programs; the tests start their own cluster)"
+port_open 3306 || echo "services.sh: MariaDB is not up on 127.0.0.1:3306: the Slurm tests' accounting needs it" >&2

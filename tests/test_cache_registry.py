@@ -77,7 +77,7 @@ def clean_registry(monkeypatch: pytest.MonkeyPatch) -> None:
         ("memory://?version=1:2", "cache version '1:2' is not valid"),
         ("memory://?max_items=0", "max_items must be >= 1 or None, got 0"),
         ("sqlite://dbhost/cache.db", "sqlite cache URL has a host part 'dbhost'"),
-        ("sqlite://", "sqlite cache needs a file path"),
+        ("sqlite://dbhost", "sqlite cache URL has a host part"),
         ("memcached://127.0.0.1:abc", "memcached server '127.0.0.1:abc' is not host:port"),
         ("memcached://127.0.0.1:11211,cachehost", "memcached server 'cachehost' is not host:port"),
         ("memcached://127.0.0.1:11211/0", "memcached URL takes no path, got '/0'"),

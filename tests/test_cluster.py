@@ -129,9 +129,46 @@ def test_slurm_resolves_relative_paths_on_the_shared_filesystem(project: Path, r
                     "--output", "out/s"], "slurm",
     )  # fmt: skip
     cmd = _cmd(info._app)
-    assert cmd.startswith("torchrun "), cmd  # the nodes' torchrun, not the client's venv
+    # the client's torchrun (the nodes share this filesystem), even when the venv is not on PATH
+    assert cmd.startswith(f'PATH={VENV_BIN}:"$PATH" torchrun '), cmd
     assert _arg(cmd, "input") == f"{project}/data/part-0.jsonl,{project}/data/part-1.jsonl"
     assert _arg(cmd, "output") == f"{project}/out/s"
+
+
+ARGS = ["--fn", "my_transforms.py:clean", "--input", "data/*.jsonl", "--output", "out/s"]
+
+
+@pytest.mark.parametrize("scheduler", ["slurm", "lsf"])
+def test_shared_fs_torchrun_choice(
+    project: Path, runner: Runner, monkeypatch: pytest.MonkeyPatch, scheduler: str
+) -> None:
+    """``TORCHX_DATAPIPES_TORCHRUN``: ``node`` leaves the nodes' own torchrun, a path names one."""
+    monkeypatch.setenv("TORCHX_DATAPIPES_TORCHRUN", "node")
+    assert _cmd(runner.dryrun_component(COMPONENT, ARGS, scheduler)._app).startswith("torchrun ")
+    monkeypatch.setenv("TORCHX_DATAPIPES_TORCHRUN", f"{VENV_BIN}/torchrun")
+    assert _cmd(runner.dryrun_component(COMPONENT, ARGS, scheduler)._app).startswith(
+        f'PATH={VENV_BIN}:"$PATH" '
+    )
+    monkeypatch.setenv("TORCHX_DATAPIPES_TORCHRUN", "/nowhere/bin/torchrun")
+    with pytest.raises(ComponentValidationException, match="not an executable file on this machine"):
+        runner.dryrun_component(COMPONENT, ARGS, scheduler)
+
+
+def test_shared_fs_refuses_a_job_without_torchrun(
+    project: Path, runner: Runner, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """A python with no torchrun next to it and none on PATH: refused before submitting, with the fix."""
+    bare = tmp_path / "bare-bin"
+    bare.mkdir()
+    monkeypatch.setattr(sys, "executable", str(bare / "python3"))
+    monkeypatch.setenv("PATH", str(bare))
+    with pytest.raises(ComponentValidationException) as err:
+        runner.dryrun_component(COMPONENT, ARGS, "slurm")
+    msg = str(err.value)
+    assert "torchrun: command not found" in msg and "TORCHX_DATAPIPES_TORCHRUN=" in msg and str(bare) in msg
+    app = components.transform(fn="my_transforms.py:clean", input="data/*.jsonl", output="out/a")
+    with pytest.raises(ValueError, match="no torchrun next to it"):
+        for_scheduler(app, "slurm")  # what api.run(app, "slurm") calls before submitting
 
 
 @pytest.mark.parametrize(

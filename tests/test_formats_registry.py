@@ -115,3 +115,33 @@ def test_the_runner_refuses_an_unknown_extension_too(tmp_path: Path) -> None:
 
 def _identity(r: Any) -> Any:
     return r
+
+
+@pytest.mark.parametrize("other", ["README.txt", "meta.xml"])
+def test_a_media_directory_with_other_files_is_refused_listing_extensions_and_fixes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, other: str
+) -> None:
+    from tdp_testutil import run_op
+
+    d = tmp_path / "imgs"
+    d.mkdir()
+    for i in range(3):
+        (d / f"im{i}.png").write_bytes(b"\x89PNG fake %d" % i)
+    (d / "im3.jpg").write_bytes(b"\xff\xd8 fake")
+    (d / other).write_text("about these images\n")
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(InvalidArgumentError) as info:  # on the client, before launch
+        components.transform(fn="t.py:f", input="imgs", output="out")
+    msg = str(info.value)
+    assert ".png x3" in msg and ".jpg x1" in msg and other.split(".")[1] in msg
+    assert "--format files" in msg and "imgs/*.png'" in msg and "jsonl" not in msg
+    with pytest.raises(ValueError, match="mixes media files"):  # and in the runner
+        run_op("transform", str(d), tmp_path / "o", fn=_identity)
+    m = run_op("transform", str(d), tmp_path / "o2", "--format", "files", fn=_name)
+    assert m["records_out"] == 5
+    m = run_op("transform", str(d / "*.png"), tmp_path / "o3", fn=_name)
+    assert m["records_out"] == 3
+
+
+def _name(r: Any) -> Any:
+    return {"path": r["path"].rsplit("/", 1)[-1], "size": r["size"]}

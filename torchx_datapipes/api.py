@@ -7,7 +7,10 @@ result = api.run(app)          # local_cwd by default; raises JobFailedError on 
 result.manifest["records_out"]
 """
 
+import dataclasses
 import os
+import re
+import shutil
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Optional, Union
 
@@ -15,9 +18,9 @@ from torchx import specs
 
 from torchx_datapipes import artifact, components
 from torchx_datapipes.appdef import META_OP, META_OUTPUT, default_store, for_scheduler
-from torchx_datapipes.cluster import check_scheduler
+from torchx_datapipes.cluster import META_MEM_FLOOR, check_memory, check_scheduler, oom_hint, ray_workspace
 from torchx_datapipes.errors import DatapipesError
-from torchx_datapipes.io.fs import join, read_bytes
+from torchx_datapipes.io.fs import join, join_patterns, read_bytes
 from torchx_datapipes.io.manifest import read_manifest
 from torchx_datapipes.kinds import FnKind, kind_of
 from torchx_datapipes.options.defaults import config_dirs, with_defaults
@@ -123,15 +126,26 @@ def run(
         cfg.setdefault("log_dir", os.path.abspath(os.path.join(".torchx", "logs")))
     output = app.metadata.get(META_OUTPUT)
     check_scheduler(app.metadata, scheduler)  # client-relative paths: refused where the job cannot see them
-    for_scheduler(app, scheduler)  # the client's PATH prefix on local_cwd only
-    with get_runner() as runner:
-        handle = runner.run(app, scheduler, cfg=cfg)
-        if not wait:
-            return RunResult(handle, "SUBMITTED", output, None, cfg.get("log_dir"))
-        status = runner.wait(handle, wait_interval=0.5)
-        state = status.state.name if status is not None else "UNKNOWN"
-        if state != "SUCCEEDED":
-            raise JobFailedError(_failure_message(runner, handle, state, status, cfg.get("log_dir")))
+    for_scheduler(app, scheduler)  # the client's torchrun on PATH where the job can see it
+    if app.metadata.get(META_MEM_FLOOR):
+        check_memory(app.roles[0].resource.memMB, int(app.metadata[META_MEM_FLOOR]), scheduler)
+    # TorchX's Ray scheduler ships role.image (a directory) as the job's working_dir, writes into it
+    # and deletes it after submitting if it is under the temp dir: give it a private copy we own.
+    workspace = ray_workspace(app.roles[0].image) if scheduler == "ray" else None
+    try:
+        if workspace is not None:
+            app = dataclasses.replace(app, roles=[dataclasses.replace(app.roles[0], image=workspace)])
+        with get_runner() as runner:
+            handle = runner.run(app, scheduler, cfg=cfg)
+            if not wait:
+                return RunResult(handle, "SUBMITTED", output, None, cfg.get("log_dir"))
+            status = runner.wait(handle, wait_interval=0.5)
+            state = status.state.name if status is not None else "UNKNOWN"
+            if state != "SUCCEEDED":
+                raise JobFailedError(_failure_message(runner, handle, state, status, cfg.get("log_dir")))
+    finally:
+        if workspace is not None:
+            shutil.rmtree(workspace, ignore_errors=True)
     manifest = read_manifest(output) if output else None
     result = None
     if output and app.metadata.get(META_OP) in ("stats", "validate"):
@@ -154,6 +168,29 @@ def _error_text(structured: str) -> str:
         return structured
 
 
+_RANK_ERROR = re.compile(r"^(?P<prefix>.*?)torchx_datapipes: rank \d+ failed: ")
+_TORCH_LOG = re.compile(r"^[WEI]\d{4} \d")  # torch's own log lines (torchrun, after the rank exits)
+
+
+def rank_error(lines: List[str]) -> str:
+    """The first error a rank printed with ``runner.main.print_error`` (its tee prefix removed), or ''."""
+    for i, line in enumerate(lines):
+        m = _RANK_ERROR.match(line)
+        if m is None:
+            continue
+        prefix = m.group("prefix")
+        block = [line[len(prefix) :].rstrip("\n")]
+        for nxt in lines[i + 1 : i + 200]:
+            if (prefix and not nxt.startswith(prefix)) or (not prefix and _TORCH_LOG.match(nxt)):
+                break
+            rest = nxt[len(prefix) :].rstrip("\n")
+            if prefix and _TORCH_LOG.match(rest):
+                break
+            block.append(rest)
+        return "\n".join(block).rstrip()
+    return ""
+
+
 def _failure_message(runner: Any, handle: str, state: str, status: Any, log_dir: Optional[str]) -> str:
     msg = f"job {handle} ended {state}"
     if status is not None and getattr(status, "msg", "") not in ("", "<NONE>"):
@@ -167,14 +204,22 @@ def _failure_message(runner: Any, handle: str, state: str, status: Any, log_dir:
             err = _error_text(str(getattr(rep, "structured_error_msg", "") or ""))
             if err and err not in errors:
                 errors.append(err)
-    if errors:
-        msg += "\n" + "\n".join(errors[:2])
     try:
         role = runner.describe(handle).roles[0].name
-        lines = list(runner.log_lines(handle, role, k=0, streams=None))[-30:]
-        msg += "\n--- last log lines ---\n" + "".join(lines)
+        lines = list(runner.log_lines(handle, role, k=0, streams=None))
     except Exception:  # logs are a courtesy; the state above is the truth
-        pass
+        lines = []
+    ours = rank_error(lines)
+    if ours:  # our own error, printed once by the rank (its one-line summary is in ``errors``)
+        msg += "\n" + ours
+    else:
+        if errors:
+            msg += "\n" + "\n".join(errors[:2])
+        if lines:
+            msg += "\n--- last log lines ---\n" + "".join(lines[-30:])
+    hint = oom_hint(handle, "".join(lines))
+    if hint:
+        msg = f"{msg.splitlines()[0]}\n{hint}\n" + "\n".join(msg.splitlines()[1:])
     if log_dir:
         msg += f"\nlogs: {log_dir}"
     return msg
@@ -190,7 +235,10 @@ def _csv(value: Any) -> Any:
 
 
 def _inputs(input: Union[str, List[str]]) -> str:
-    return str(_csv(input))
+    """A list of inputs as ``--input`` takes it: a comma inside a name is escaped (``\\,``)."""
+    if isinstance(input, (list, tuple)):
+        return join_patterns([str(p) for p in input])
+    return str(input)
 
 
 def _optional_fn(op: str, fn: Optional[Fn], given: Dict[str, Any]) -> Dict[str, Any]:
@@ -219,7 +267,7 @@ def split(
     from the component's defaults (``fractions`` train=0.8,val=0.1,test=0.1).
     """
     given = _given(fractions=fractions, j=j, artifact_store=artifact_store, backend=backend)
-    args = _optional_fn("split", fn, {"input": input, "output": output, **given, **kwargs})
+    args = _optional_fn("split", fn, {"input": _inputs(input), "output": output, **given, **kwargs})
     return components.split(**args)
 
 
@@ -238,7 +286,7 @@ def stats(
     from the component's defaults.
     """
     given = _given(j=j, artifact_store=artifact_store, backend=backend)
-    args = _optional_fn("stats", fn, {"input": input, "output": output, **given, **kwargs})
+    args = _optional_fn("stats", fn, {"input": _inputs(input), "output": output, **given, **kwargs})
     return components.stats(**args)
 
 

@@ -13,25 +13,36 @@ import sys
 from typing import Any, Dict, Iterator, List, Mapping, Optional
 
 from torchx import specs
-from torchx.components.dist import ddp
+from torchx.components.dist import ddp, parse_nnodes
 from torchx.specs.finder import ComponentValidationException
 
 from torchx_datapipes import artifact
 from torchx_datapipes import target as _target
-from torchx_datapipes.cluster import META_RELATIVE, encode_relative, place_paths
+from torchx_datapipes.cluster import (
+    META_MEM_FLOOR,
+    META_RELATIVE,
+    check_memory,
+    check_ray_image,
+    default_memory_mb,
+    encode_relative,
+    job_bindir,
+    memory_floor_mb,
+    place_paths,
+)
 from torchx_datapipes.errors import DatapipesError
 from torchx_datapipes.io.fs import InputFile, check_disjoint, check_io_disjoint, split_patterns
 from torchx_datapipes.io.inputs.planning import check_input_formats
 from torchx_datapipes.io.inputs.registry import encode_spec
 from torchx_datapipes.io.lease import refuse_if_held
 from torchx_datapipes.io.manifest import has_success, success_url
+from torchx_datapipes.io.ownership import check_writable, refuse_foreign
 from torchx_datapipes.options import SPECS, OptionError
 from torchx_datapipes.secrets import mask_url, public_url
 
 RUNNER_MODULE = "torchx_datapipes.runner"
 META_OUTPUT = "torchx_datapipes/output"
 META_OP = "torchx_datapipes/op"
-META_CLIENT_BIN = "torchx_datapipes/client_bin"  # the PATH prefix for local_cwd, when applied
+META_CLIENT_BIN = "torchx_datapipes/client_bin"  # the PATH prefix (local_cwd, slurm, lsf), when applied
 
 
 class InvalidArgumentError(ComponentValidationException, ValueError):
@@ -72,14 +83,26 @@ def build_app(op: str, arguments: Mapping[str, Any]) -> specs.AppDef:
         fn_arg = fn_args(values["fn"], values["artifact_store"], values["backend"], where.dryrun)
     args = [*spec.runner_args(values), *fn_arg]
     v = values
+    nproc = parse_nnodes(v["j"])[2]
+    floor = memory_floor_mb(nproc, int(v.get("num_workers") or 1))
+    if not v["memMB"]:
+        v["memMB"] = default_memory_mb(nproc, int(v.get("num_workers") or 1))
     app = runner_app(
         op, args, v["output"], v["name"], v["image"], v["h"], v["cpu"], v["gpu"], v["memMB"], v["j"],
         v["env"],
         v["mounts"], v["rdzv_port"], v["max_restarts"], v["max_retries"],
     )  # fmt: skip
+    app.metadata[META_MEM_FLOOR] = str(floor)
+    with client_checks():
+        check_ray_image(v["image"], where.scheduler)
+        if v["h"] is None:  # a named resource brings its own memory
+            check_memory(v["memMB"], floor, where.scheduler)
     if relative and where.scheduler is None:  # for api.run's check (cluster.check_scheduler)
         app.metadata[META_RELATIVE] = encode_relative(relative)
-    return app if where.uses_client_python else for_scheduler(app, where.scheduler)
+    if where.uses_client_python:
+        return app
+    with client_checks():
+        return for_scheduler(app, where.scheduler)
 
 
 def default_store() -> str:
@@ -143,7 +166,7 @@ def _is_remote(url: str) -> bool:
 
 
 def validate_io(input: str, output: str, overwrite: bool, local_fs: bool = True) -> Optional[List[InputFile]]:
-    """Fail before launch when local inputs are missing or the output is already complete.
+    """Fail before launch when local inputs are missing or the output is complete, unwritable or not ours.
 
     With ``local_fs=False`` (a job that does not see this machine's files) local paths are the
     job's (mounts), so they are compared by their roots, not listed or opened here, and None is
@@ -160,7 +183,9 @@ def validate_io(input: str, output: str, overwrite: bool, local_fs: bool = True)
         return None
     files = check_io_disjoint(split_patterns(input), output)
     if not _is_remote(output):
+        check_writable(output)  # creatable and writable by this user
         refuse_if_held(output)
+        refuse_foreign(output, overwrite)  # nothing in it that we did not write
     if not overwrite and _complete(output):
         raise FileExistsError(
             f"{success_url(output)} exists: the output is complete. Pass --overwrite True to replace it"
@@ -231,19 +256,28 @@ def _path_prefix(bindir: str) -> str:
 
 
 def for_scheduler(app: specs.AppDef, scheduler: Optional[str]) -> specs.AppDef:
-    """The client's interpreter directory first on ``PATH`` for local_cwd, and only there.
+    """Which ``torchrun`` the job runs: a ``PATH`` prefix where the client's can be seen.
 
-    On local_cwd, torchrun and python then come from the environment that built the job even
-    when it is not activated (``.venv/bin/torchx run -s local_cwd ...``). Any other scheduler
-    runs the image's (or the cluster node's) torchrun: the client's path would mean nothing
-    there, so it is not baked into the spec. Idempotent; changes ``app`` in place and returns it.
+    On local_cwd the client's interpreter directory goes first on ``PATH``, so torchrun and
+    python come from the environment that built the job even when it is not activated
+    (``.venv/bin/torchx run -s local_cwd ...``). Slurm and LSF nodes share the client's filesystem
+    and run the job with its environment: the client's torchrun goes first there too, unless
+    ``TORCHX_DATAPIPES_TORCHRUN`` says otherwise, and a job whose torchrun the nodes cannot find is
+    refused here (:func:`torchx_datapipes.cluster.job_bindir`). Every other scheduler runs the
+    image's torchrun: the client's path would mean nothing there, so it is not baked into the
+    spec. Idempotent; changes ``app`` in place and returns it.
     """
     role = app.roles[0]
     old = app.metadata.pop(META_CLIENT_BIN, None)
     if old is not None and role.args[-1].startswith(_path_prefix(old)):
         role.args[-1] = role.args[-1][len(_path_prefix(old)) :]
-    if _target.Target(scheduler).uses_client_python:
+    where = _target.Target(scheduler)
+    bindir: Optional[str] = None
+    if where.uses_client_python:
         bindir = os.path.dirname(sys.executable)
+    elif where.shares_client_fs:
+        bindir = job_bindir(str(scheduler))
+    if bindir is not None:
         role.args[-1] = _path_prefix(bindir) + role.args[-1]
         app.metadata[META_CLIENT_BIN] = bindir
     return app

@@ -6,11 +6,12 @@ generic runner (``python -m torchx_datapipes.runner``) under torchrun, so the sa
 on local_cwd, Kubernetes, Slurm and every other TorchX scheduler.
 
 What depends on the scheduler is decided by the client (docs/cluster.md): the client's venv goes
-on ``PATH`` for ``local_cwd`` only; relative local paths are made absolute where the job shares
-the client's filesystem (local_cwd, Slurm, LSF) and refused elsewhere (Kubernetes, Docker,
-Batch ...: cluster jobs need URLs every node can reach, e.g. ``s3://``, and ``--artifact_store``);
-``--dryrun`` packages the function but uploads nothing. The image must contain torch and this
-package (``examples/Dockerfile``).
+on ``PATH`` where the job sees it (``local_cwd``, and Slurm/LSF, whose nodes share the filesystem);
+``--memMB`` defaults to a size derived from ranks x workers; relative local paths are made
+absolute where the job shares the client's filesystem (local_cwd, Slurm, LSF) and refused
+elsewhere (Kubernetes, Docker, Batch ...: cluster jobs need URLs every node can reach, e.g.
+``s3://``, and ``--artifact_store``); ``--dryrun`` packages the function but uploads nothing.
+The image must contain torch and this package (``examples/Dockerfile``).
 
 TorchX executes this file's source, so it uses absolute imports only and must not use
 ``from __future__ import annotations``.
@@ -57,13 +58,14 @@ def transform(
     artifact_store: Optional[str] = None,
     backend: str = "cloudpickle",
     unit_mb: float = 64.0,
+    max_record_mb: float = 64.0,
     cache: Optional[str] = None,
     name: str = "/transform",
     image: str = torchx.IMAGE,
     h: Optional[str] = None,
     cpu: int = 2,
     gpu: int = 0,
-    memMB: int = 1024,
+    memMB: int = 0,
     j: str = "1x2",
     env: Optional[Dict[str, str]] = None,
     mounts: Optional[List[str]] = None,
@@ -84,7 +86,9 @@ def transform(
             None) or flat-map (return a list); decorate with ``torchx_datapipes.batched`` or
             ``torchx_datapipes.pipeline`` for batch or DataPipe/torchdata.nodes functions.
         input: input files: a path, a glob such as 'data/*.jsonl', a directory, or several separated by
-            commas; local, s3:// or any fsspec URL. .gz and .zst are decompressed.
+            commas (write a comma inside a name as \\,); an existing path is read as it is written even if
+            it holds glob characters ([x].jsonl); local, s3:// or any fsspec URL. .gz and .zst are
+            decompressed.
         output: output directory (local or fsspec URL)
         format: input format: auto (by extension; an unknown extension is refused), jsonl, json, csv, text,
             parquet, files (one record per file: images, audio, any blob) or webdataset (tar shards)
@@ -103,23 +107,28 @@ def transform(
         max_error_rate: with on_error=skip, fail the job when bad records / input records exceeds this (in
             [0, 1], default 0.1)
         max_restarts: torchrun restarts of failed ranks; restarted ranks skip committed units
-        overwrite: replace an output that already has _SUCCESS: true/false (also 1/0, yes/no)
+        overwrite: replace an output that already has _SUCCESS: true/false (also 1/0, yes/no); deletes
+            only what this product wrote, and a directory holding anything else is refused
         artifact_store: where the client uploads the function artifact (default ./.tdp/artifacts for local
             runs; use s3://... for clusters)
         backend: how the function is shipped: cloudpickle, torch.package or module (import it by name where
             the job runs; the code must be in the image/workspace)
         unit_mb: target size in MB of a unit of work
+        max_record_mb: the largest input record in MiB (default 64): a longer line, CSV row, JSON document,
+            tar member or file is a bad record naming its file, line and size (memory stays bounded by it)
         cache: memoize the function per record in a shared cache, keyed by (function sha256, record), so a
             rerun on the same data computes nothing: redis://host:6379/0, memcached://host:11211,
-            sqlite:///dev/shm/tdp.db (one machine) or memory:// (per process); options as a query, e.g.
-            ?namespace=clean&ttl=86400. Passwords never go on the command line: use ?password_env=NAME (see
-            docs/cache.md). The manifest reports hits and misses
+            sqlite:// (one machine: a private per-user /dev/shm/tdp-<uid>/cache.db) or memory:// (per
+            process); options as a query, e.g. ?namespace=clean&ttl=86400. Pickled results load only
+            under the cache's trust (?pickle=true, ?hmac_key_file=PATH; docs/cache.md). Passwords never
+            go on the command line: use ?password_env=NAME (see docs/cache.md). The manifest reports
+            hits and misses
         name: job name, {experimentname}/{runname}
         image: image (e.g. docker) for non-local schedulers
         h: a registered named resource (takes precedence over cpu, gpu, memMB)
         cpu: number of cpus per replica
         gpu: number of gpus per replica
-        memMB: cpu memory in MB per replica
+        memMB: cpu memory in MB per replica (node); 0: sized from -j and --num_workers (see docs/cluster.md)
         j: [{min_nnodes}:]{nnodes}x{nproc_per_node}: nodes and ranks per node
         env: environment variables for the job (e.g. ENV1=v1,ENV2=v2)
         mounts: mounts for the job's containers (type=<bind/volume>,src=/host,dst=/job[,readonly])
@@ -153,12 +162,13 @@ def split(
     artifact_store: Optional[str] = None,
     backend: str = "cloudpickle",
     unit_mb: float = 64.0,
+    max_record_mb: float = 64.0,
     name: str = "/split",
     image: str = torchx.IMAGE,
     h: Optional[str] = None,
     cpu: int = 2,
     gpu: int = 0,
-    memMB: int = 1024,
+    memMB: int = 0,
     j: str = "1x2",
     env: Optional[Dict[str, str]] = None,
     mounts: Optional[List[str]] = None,
@@ -172,7 +182,8 @@ def split(
 
     Args:
         input: input files: a path, a glob such as 'data/*.jsonl', a directory, or several separated by
-            commas; local, s3:// or any fsspec URL
+            commas (write a comma inside a name as \\,); an existing path is read as it is written even if
+            it holds glob characters ([x].jsonl); local, s3:// or any fsspec URL
         output: output directory
         fractions: named fractions in (0, 1] summing to 1, e.g. train=0.8,val=0.1,test=0.1
         key: field(s) whose value decides the split, e.g. id or user_id,session; default: the whole record
@@ -198,16 +209,19 @@ def split(
         max_error_rate: with on_error=skip, fail the job when bad records / input records exceeds this (in
             [0, 1], default 0.1)
         max_restarts: torchrun restarts of failed ranks; restarted ranks skip committed units
-        overwrite: replace an output that already has _SUCCESS: true/false (also 1/0, yes/no)
+        overwrite: replace an output that already has _SUCCESS: true/false (also 1/0, yes/no); deletes
+            only what this product wrote, and a directory holding anything else is refused
         artifact_store: where the client uploads the fn artifact (s3://... for clusters)
         backend: how fn is shipped: cloudpickle, torch.package or module
         unit_mb: target size in MB of a unit of work
+        max_record_mb: the largest input record in MiB (default 64): a longer line, CSV row, JSON document,
+            tar member or file is a bad record naming its file, line and size (memory stays bounded by it)
         name: job name, {experimentname}/{runname}
         image: image (e.g. docker) for non-local schedulers
         h: a registered named resource (takes precedence over cpu, gpu, memMB)
         cpu: number of cpus per replica
         gpu: number of gpus per replica
-        memMB: cpu memory in MB per replica
+        memMB: cpu memory in MB per replica (node); 0: sized from -j and --num_workers (see docs/cluster.md)
         j: [{min_nnodes}:]{nnodes}x{nproc_per_node}: nodes and ranks per node
         env: environment variables for the job (e.g. ENV1=v1,ENV2=v2)
         mounts: mounts for the job's containers (type=<bind/volume>,src=/host,dst=/job[,readonly])
@@ -239,12 +253,13 @@ def stats(
     artifact_store: Optional[str] = None,
     backend: str = "cloudpickle",
     unit_mb: float = 64.0,
+    max_record_mb: float = 64.0,
     name: str = "/stats",
     image: str = torchx.IMAGE,
     h: Optional[str] = None,
     cpu: int = 2,
     gpu: int = 0,
-    memMB: int = 1024,
+    memMB: int = 0,
     j: str = "1x2",
     env: Optional[Dict[str, str]] = None,
     mounts: Optional[List[str]] = None,
@@ -259,7 +274,8 @@ def stats(
 
     Args:
         input: input files: a path, a glob such as 'data/*.jsonl', a directory, or several separated by
-            commas; local, s3:// or any fsspec URL
+            commas (write a comma inside a name as \\,); an existing path is read as it is written even if
+            it holds glob characters ([x].jsonl); local, s3:// or any fsspec URL
         output: output directory
         fields: comma-separated fields to describe (default: every top-level field)
         quantiles: comma-separated quantiles in [0, 1] to report
@@ -281,16 +297,19 @@ def stats(
         max_error_rate: with on_error=skip, fail the job when bad records / input records exceeds this (in
             [0, 1], default 0.1)
         max_restarts: torchrun restarts of failed ranks; restarted ranks skip committed units
-        overwrite: replace an output that already has _SUCCESS: true/false (also 1/0, yes/no)
+        overwrite: replace an output that already has _SUCCESS: true/false (also 1/0, yes/no); deletes
+            only what this product wrote, and a directory holding anything else is refused
         artifact_store: where the client uploads the fn artifact (s3://... for clusters)
         backend: how fn is shipped: cloudpickle, torch.package or module
         unit_mb: target size in MB of a unit of work
+        max_record_mb: the largest input record in MiB (default 64): a longer line, CSV row, JSON document,
+            tar member or file is a bad record naming its file, line and size (memory stays bounded by it)
         name: job name, {experimentname}/{runname}
         image: image (e.g. docker) for non-local schedulers
         h: a registered named resource (takes precedence over cpu, gpu, memMB)
         cpu: number of cpus per replica
         gpu: number of gpus per replica
-        memMB: cpu memory in MB per replica
+        memMB: cpu memory in MB per replica (node); 0: sized from -j and --num_workers (see docs/cluster.md)
         j: [{min_nnodes}:]{nnodes}x{nproc_per_node}: nodes and ranks per node
         env: environment variables for the job (e.g. ENV1=v1,ENV2=v2)
         mounts: mounts for the job's containers (type=<bind/volume>,src=/host,dst=/job[,readonly])

@@ -41,7 +41,7 @@ class NotSerializableError(ArtifactError):
     """The callable captures something that cannot be pickled."""
 
 
-class InputError(DatapipesError):
+class InputError(DatapipesError, ValueError):
     """Bad input data: the message names file, line, field and value."""
 
 

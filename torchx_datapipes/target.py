@@ -4,7 +4,8 @@ A TorchX component is a plain function and is not told the scheduler. But ``torc
 ``Runner.run_component``/``dryrun_component`` in Python) always call it from
 ``torchx.runner.api.Runner.dryrun_component(component, args, scheduler, ...)``; a real run goes
 through ``run_component`` first. :func:`current` reads those two frames, so the component can
-(1) put the client's interpreter directory on ``PATH`` only where the job runs on this machine,
+(1) put the client's interpreter directory on ``PATH`` only where the job can see it (this
+machine, or a shared-filesystem cluster: :func:`torchx_datapipes.cluster.job_bindir`),
 (2) refuse relative local paths where the job cannot see this machine's working directory, and
 (3) package the function without uploading it on ``--dryrun``.
 

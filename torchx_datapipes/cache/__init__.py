@@ -7,8 +7,9 @@ the same failure policy: the cache is an optimisation, so a backend failure is a
 never a failed job or a wrong value. Caches pickle their configuration only and reconnect
 lazily in each process.
 
-Non-goals: this is not a database -- values can be evicted or lost at any time -- and it is
-not a security boundary: values are unpickled, so only use a server you trust.
+Non-goals: this is not a database -- values can be evicted or lost at any time. What it
+unpickles is set by its trust (docs/cache.md, "Trust boundary"): tensors, arrays and JSON-able
+values are never pickled; a pickle loads only with ``pickle=True`` or a valid HMAC.
 
 Holders (:mod:`torchx_datapipes.cache.holders`: ``CachedDataset``, ``CachedMapper``, ...) import
 torch, so they load on first use (``from torchx_datapipes.cache import CachedDataset``) or
@@ -20,10 +21,19 @@ import sys
 from typing import Any
 
 from torchx_datapipes.cache.base import Cache
-from torchx_datapipes.cache.codec import BytesCodec, Codec, CodecError, PickleCodec, TensorCodec
-from torchx_datapipes.cache.errors import CacheBackendError, CacheError, CacheValueError
+from torchx_datapipes.cache.codec import (
+    BytesCodec,
+    Codec,
+    CodecError,
+    PickleCodec,
+    TensorCodec,
+    UnsafeValueError,
+    UntrustedValueError,
+)
+from torchx_datapipes.cache.errors import CacheBackendError, CacheError, CacheTrustError, CacheValueError
 from torchx_datapipes.cache.registry import CacheURL, open_cache, register_cache, schemes
 from torchx_datapipes.cache.stats import CacheStats
+from torchx_datapipes.cache.trust import Trust
 
 __all__ = [
     "BytesCodec",
@@ -31,12 +41,16 @@ __all__ = [
     "CacheBackendError",
     "CacheError",
     "CacheStats",
+    "CacheTrustError",
     "CacheURL",
     "CacheValueError",
     "Codec",
     "CodecError",
     "PickleCodec",
     "TensorCodec",
+    "Trust",
+    "UnsafeValueError",
+    "UntrustedValueError",
     "open_cache",
     "register_cache",
     "schemes",

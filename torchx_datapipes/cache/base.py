@@ -45,10 +45,11 @@ from typing import (
 )
 
 from torchx_datapipes.cache.breaker import CircuitBreaker
-from torchx_datapipes.cache.codec import Codec, CodecError, codec_named
+from torchx_datapipes.cache.codec import Codec, CodecError, UnsafeValueError, UntrustedValueError, codec_for
 from torchx_datapipes.cache.errors import CacheBackendError, CacheValueError
 from torchx_datapipes.cache.keys import check_name, raise_equal_keys, stored_key, stored_keys
 from torchx_datapipes.cache.stats import CacheStats
+from torchx_datapipes.cache.trust import Trust
 from torchx_datapipes.secrets import mask_url
 
 log = logging.getLogger("torchx_datapipes.cache")
@@ -68,6 +69,13 @@ class Cache(abc.ABC):
         version: part of every key; bump it to invalidate everything a namespace holds.
         ttl: seconds a value lives (None: until evicted or cleared).
         codec: ``"tensor"`` (default), ``"pickle"``, ``"bytes"`` or a :class:`Codec` object.
+        pickle: True: unpickle every pickled value the store holds (trust whoever can write to
+            it); False: never unpickle (values that need pickle are not stored); None: the
+            backend's default (memory, redis, memcached: True; sqlite: an HMAC key file).
+        hmac_key, hmac_key_file, hmac_key_env: sign pickled values with HMAC-SHA256 under this key
+            (bytes, a file only its owner can read, or an environment variable) and unpickle
+            only values whose signature verifies. Tensors, arrays and JSON-able values are never
+            pickled. See docs/cache.md, "Trust boundary".
         strict: raise :class:`CacheError` on any failure instead of treating it as a miss.
         timeout: seconds any one backend call may block (network backends).
         failures: consecutive failures that open the circuit breaker.
@@ -92,6 +100,10 @@ class Cache(abc.ABC):
         failures: int = 2,
         cooldown: float = 5.0,
         max_value_bytes: Optional[int] = None,
+        pickle: Optional[bool] = None,
+        hmac_key: Union[bytes, str, None] = None,
+        hmac_key_file: Optional[str] = None,
+        hmac_key_env: Optional[str] = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.namespace = check_name("namespace", namespace)
@@ -102,7 +114,8 @@ class Cache(abc.ABC):
             raise ValueError(f"cache timeout must be > 0 seconds, got {timeout!r}")
         self.ttl, self.strict, self.timeout = ttl, bool(strict), float(timeout)
         self.failures, self.cooldown = int(failures), float(cooldown)
-        self.codec: Codec = codec_named(codec) if isinstance(codec, str) else codec
+        self.trust = Trust.resolve(pickle, hmac_key, hmac_key_file, hmac_key_env, self._default_trust())
+        self.codec: Codec = codec_for(codec, self.trust)
         self.max_value_bytes = (
             max_value_bytes if max_value_bytes is not None else self.default_max_value_bytes
         )
@@ -149,6 +162,10 @@ class Cache(abc.ABC):
         if location or path.strip("/"):
             raise ValueError(f"{cls.__name__} takes no host or path in its URL, got {location + path!r}")
         return cls(**options)
+
+    def _default_trust(self) -> Trust:
+        """The trust without ``pickle``/``hmac_key*`` options: every pickle (override per backend)."""
+        return Trust("pickle")
 
     def _prefix(self) -> str:
         return f"{self.namespace}:{self.version}:"
@@ -255,6 +272,7 @@ class Cache(abc.ABC):
             raw = {k: v for k, v in zip(by_stored, raw) if v is not None}
         found: Dict[K, Any] = {}
         corrupt: List[str] = []
+        untrusted = 0
         raw = raw if ok and raw else {}
         decode, nbytes = self.codec.decode, 0
         for skey, key in by_stored.items():  # in the order asked
@@ -264,6 +282,13 @@ class Cache(abc.ABC):
             nbytes += len(data)
             try:
                 found[key] = decode(data)
+            except UntrustedValueError as e:
+                corrupt.append(skey)
+                untrusted += 1
+                if self.strict:
+                    self._count(untrusted=1)
+                    raise CacheValueError(f"{self.describe()}: value of {key!r}: {e}") from e
+                self._warn("untrusted", f"{e}; treated as a miss and deleted (see stats().untrusted)")
             except CodecError as e:
                 corrupt.append(skey)
                 if self.strict:
@@ -271,7 +296,11 @@ class Cache(abc.ABC):
                     raise CacheValueError(f"{self.describe()}: value of {key!r}: {e}") from e
                 self._warn("decode", f"a stored value failed to decode ({e}); treated as a miss and deleted")
         self._count(
-            hits=len(found), misses=len(by_stored) - len(found), decode_errors=len(corrupt), bytes_read=nbytes
+            hits=len(found),
+            misses=len(by_stored) - len(found),
+            decode_errors=len(corrupt) - untrusted,
+            untrusted=untrusted,
+            bytes_read=nbytes,
         )
         if corrupt:
             self._call("delete", self._delete_many, corrupt)
@@ -295,7 +324,8 @@ class Cache(abc.ABC):
                 self._count(encode_errors=1)
                 if self.strict:
                     raise CacheValueError(f"{self.describe()}: key {k!r}: cannot encode: {e}") from e
-                self._warn("encode", f"a value could not be encoded ({type(e).__name__}: {e}); not stored")
+                kind = "unsafe" if isinstance(e, UnsafeValueError) else "encode"
+                self._warn(kind, f"a value could not be encoded ({type(e).__name__}: {e}); not stored")
                 unstored.append(skey)
                 continue
             if limit is not None and len(data) > limit:

@@ -13,3 +13,7 @@ class CacheBackendError(CacheError):
 
 class CacheValueError(CacheError):
     """A value could not be stored (too large, rejected) or decoded."""
+
+
+class CacheTrustError(CacheError, PermissionError):
+    """A cache file, directory or key that another user could write (or read, for a key) is refused."""

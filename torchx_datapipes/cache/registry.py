@@ -8,7 +8,8 @@ group ``torchx_datapipes.cache`` for third-party packages::
     mycache = "my_pkg.cache:MyCache"     # a Cache subclass with a from_url classmethod
 
 Query options common to every provider: namespace, version, ttl, codec, strict, timeout,
-failures, cooldown, max_value_bytes. Provider options: memory ``max_items``,
+failures, cooldown, max_value_bytes, and the trust for pickled values: pickle, hmac_key_file,
+hmac_key_env (an HMAC key itself never goes in a URL). Provider options: memory ``max_items``,
 ``max_bytes``; sqlite ``lock_timeout``, ``mmap_bytes``.
 """
 
@@ -52,6 +53,9 @@ OPTION_TYPES: Dict[str, Callable[[str], Any]] = {
     "failures": int,
     "cooldown": float,
     "max_value_bytes": int,
+    "pickle": _bool,
+    "hmac_key_file": str,
+    "hmac_key_env": str,
     "max_items": int,
     "max_bytes": int,
     "lock_timeout": float,
@@ -74,10 +78,15 @@ class CacheURL:
         if not parts.scheme or "://" not in url:
             raise ValueError(
                 f"cache URL {mask_url(url)!r} has no scheme; use one of {', '.join(sorted(schemes()))}"
-                " (e.g. redis://127.0.0.1:6379/0, sqlite:///dev/shm/tdp.db, memory://)"
+                " (e.g. redis://127.0.0.1:6379/0, sqlite:// for a private per-user file, memory://)"
             )
         options: Dict[str, Any] = {}
         for name, value in urllib.parse.parse_qsl(parts.query, keep_blank_values=True, strict_parsing=False):
+            if name == "hmac_key":
+                raise ValueError(
+                    f"cache URL {mask_url(url)!r}: an HMAC key never goes in a URL (command lines are"
+                    " printed and visible in ps); use hmac_key_file=PATH or hmac_key_env=NAME"
+                )
             if name not in OPTION_TYPES:
                 raise ValueError(
                     f"cache URL {mask_url(url)!r}: unknown option {name!r}; valid: {', '.join(OPTION_TYPES)}"
@@ -120,7 +129,7 @@ def cache_class(scheme: str) -> Type[Cache]:
 def open_cache(url: Union[str, Cache], **overrides: Any) -> Cache:
     """Open the cache a URL names; keyword arguments override URL options.
 
-    Examples: ``memory://?max_items=10000``, ``sqlite:///dev/shm/tdp.db``,
+    Examples: ``memory://?max_items=10000``, ``sqlite://`` (``/dev/shm/tdp-<uid>/cache.db``),
     ``redis://127.0.0.1:6379/0?namespace=tokens&ttl=86400``,
     ``memcached://10.0.0.1:11211,10.0.0.2:11211?timeout=0.2``.
     A Cache object is returned as it is.

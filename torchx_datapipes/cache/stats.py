@@ -14,6 +14,8 @@ class CacheStats:
         errors: backend calls that failed or timed out (each one a miss or a lost write).
         bypassed: calls not sent because the circuit breaker was open.
         decode_errors: stored values that failed to decode (treated as misses and deleted).
+        untrusted: stored pickles that the cache's trust does not cover (``pickle=false``, no
+            or a wrong HMAC): never unpickled, treated as misses and deleted.
         encode_errors: values that could not be encoded (e.g. unpicklable; not stored).
         sets: values stored. rejected: values not stored because the server refused them (or,
             with several memcached servers, because their server was down).
@@ -27,6 +29,7 @@ class CacheStats:
     errors: int = 0
     bypassed: int = 0
     decode_errors: int = 0
+    untrusted: int = 0
     encode_errors: int = 0
     sets: int = 0
     rejected: int = 0

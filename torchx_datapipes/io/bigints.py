@@ -27,9 +27,25 @@ _DUMP_OPTS = orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_NON_STR_KEYS
 _OUT_OF_RANGE = "Integer exceeds 64-bit range"
 
 
+class TooDeep(ValueError):
+    """A record nested deeper than the exact parser (the stdlib's, recursive) can go."""
+
+
 def loads_exact(raw: bytes) -> Any:
-    """Re-parse a line orjson accepted and that may hold big integers: same value, exact integers."""
-    return json.loads(raw)
+    """Re-parse a line orjson accepted and that may hold big integers: same value, exact integers.
+
+    The stdlib parser recurses per nesting level; a record nested deeper than the interpreter's
+    recursion limit allows is refused with :class:`TooDeep` (a ``ValueError``, so a bad record).
+    """
+    try:
+        return json.loads(raw)
+    except RecursionError:
+        depth = _depth(raw)
+        raise TooDeep(
+            f"the record nests {depth} levels deep and holds a run of 19+ digits (an integer beyond 64 bits"
+            " is kept exact by Python's json parser, which cannot go that deep); flatten the record, or"
+            " write such integers as strings"
+        ) from None
 
 
 def dumps(rec: Any) -> bytes:
@@ -41,13 +57,38 @@ def dumps(rec: Any) -> bytes:
             raise
     try:
         text = json.dumps(rec, ensure_ascii=False, separators=(",", ":"), allow_nan=False, default=_default)
-    except (TypeError, ValueError) as e:
-        field = find_big_int(rec)
+    except (TypeError, ValueError, RecursionError) as e:
+        try:
+            field = find_big_int(rec)
+        except RecursionError:
+            field = "<nested too deep to name>"
         raise TypeError(
             f"field {field}: an integer beyond 64 bits next to a value the exact encoder cannot write"
             f" ({e}); convert that field to str"
         ) from e
     return text.encode()
+
+
+def _depth(raw: bytes) -> int:
+    """The deepest nesting of ``[``/``{`` outside strings (for the error message)."""
+    depth = deepest = 0
+    in_str = escaped = False
+    for c in raw.decode("utf-8", errors="replace"):
+        if in_str:
+            if escaped:
+                escaped = False
+            elif c == "\\":
+                escaped = True
+            elif c == '"':
+                in_str = False
+        elif c == '"':
+            in_str = True
+        elif c in "[{":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif c in "]}":
+            depth -= 1
+    return deepest
 
 
 def _default(o: Any) -> Any:

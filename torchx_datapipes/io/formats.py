@@ -8,7 +8,7 @@ bytes read. Formats are found through :mod:`torchx_datapipes.io.inputs.registry`
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator, List, Optional, Sequence, Tuple
 
-from torchx_datapipes.io.inputs.base import compression_of, extra_hint
+from torchx_datapipes.io.inputs.base import DEFAULT_MAX_RECORD, compression_of, extra_hint, record_bytes
 from torchx_datapipes.io.inputs.lines import NotAnObject
 from torchx_datapipes.io.inputs.parquet import open_parquet
 from torchx_datapipes.io.inputs.registry import detect_format, format_class
@@ -24,6 +24,7 @@ __all__ = [
     "detect_format",
     "extra_hint",
     "open_parquet",
+    "record_bytes",
 ]
 
 # JSON Lines records must be objects: a line holding a list, null, a number or a string is a
@@ -39,6 +40,7 @@ class BadRecord:
     error: str
     raw: str
     stage: str = "parse"
+    fix: str = ""  # a unit error's own fix (default: the one of a cut compressed stream)
 
 
 class UnitReader:
@@ -49,13 +51,21 @@ class UnitReader:
     skip); blank lines are counted.
     """
 
-    def __init__(self, unit: Unit, batch_size: int = 1024, objects_only: bool = JSONL_OBJECTS_ONLY) -> None:
+    def __init__(
+        self,
+        unit: Unit,
+        batch_size: int = 1024,
+        objects_only: bool = JSONL_OBJECTS_ONLY,
+        max_record: int = DEFAULT_MAX_RECORD,
+    ) -> None:
         self.unit = unit
+        self.max_record = max(1, max_record)  # bytes: a longer record is a bad record (--max_record_mb)
         self.batch_size = max(1, batch_size)
         self.objects_only = objects_only
         self.format = format_class(unit.format)()
         self.bad: List[BadRecord] = []
         self.blank = 0
+        self.skipped_members = 0  # archive members skipped without being a record (tar links)
         self.records = 0
         self.bytes_done = 0
         self.bytes_read = 0  # raw (compressed, if so) bytes read from the file, boundary lines included
@@ -104,6 +114,12 @@ class UnitReader:
     # -- for the format modules --------------------------------------------------------------
     def add_bad(self, line: int, error: str, raw: str) -> None:
         self.bad.append(BadRecord(line, error, raw))
+
+    def damaged(self, line: int, error: str, lost: int, fix: str) -> None:
+        """A part of the unit could not be decoded (a corrupt Parquet page): one bad unit."""
+        self.bad_units = 1
+        self.lost_bytes = lost
+        self.unit_errors.append(BadRecord(line, error, "", "unit", fix))
 
     def cut(self, e: Exception, lines_read: int, consumed: int) -> None:
         """The compressed stream ended early or broke: one bad unit, and what it cost."""

@@ -3,6 +3,7 @@
 import datetime
 import os
 import posixpath
+import re
 import warnings
 from typing import Any, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
@@ -81,11 +82,15 @@ def expand_inputs(patterns: List[str]) -> List[Tuple[str, int]]:
 
 
 def expand_input_files(patterns: List[str]) -> List[InputFile]:
-    """Like :func:`expand_inputs`, with each file's modification time as planned."""
+    """Like :func:`expand_inputs`, with each file's modification time as planned.
+
+    A pattern with glob characters that names an existing file or directory as it is written
+    (``data/[x].jsonl`` when that file exists) is that path, not a glob.
+    """
     out: Dict[str, InputFile] = {}
     for pat in patterns:
         fs, path = fs_and_path(pat)
-        if any(c in path for c in _GLOB_CHARS):
+        if any(c in path for c in _GLOB_CHARS) and not fs.exists(path):  # an existing literal name wins
             matches = sorted(p for p in fs.glob(path) if not fs.isdir(p))
             if not matches:
                 raise FileNotFoundError(f"input pattern {pat!r} matched no files; check the path and quoting")
@@ -180,7 +185,7 @@ def _root(pattern: str) -> Tuple[str, str, bool]:
     """The normalised directory or file a pattern names, and whether it was a glob (then its fixed prefix)."""
     fs, path = fs_and_path(pattern)
     cut = min((path.index(c) for c in _GLOB_CHARS if c in path), default=-1)
-    if cut < 0:
+    if cut < 0 or (_protocol(fs) == "file" and os.path.lexists(path)):  # an existing literal name wins
         return (*normalize(pattern), False)
     prefix = path[:cut].rsplit("/", 1)[0] if "/" in path[:cut] else "."
     proto = _protocol(fs)
@@ -244,7 +249,17 @@ def _is_remote(url: str) -> bool:
 
 
 def split_patterns(value: str) -> List[str]:
-    return [p.strip() for p in value.split(",") if p.strip()]
+    """``--input``'s comma-separated list; ``\\,`` is a comma inside a name (``a\\,b.jsonl`` is one file).
+
+    Any other backslash is kept as it is.
+    """
+    parts = re.split(r"(?<!\\),", value)
+    return [p.replace("\\,", ",").strip() for p in parts if p.strip()]
+
+
+def join_patterns(patterns: Sequence[str]) -> str:
+    """The inverse of :func:`split_patterns`: commas inside names escaped as ``\\,``."""
+    return ",".join(p.replace(",", "\\,") for p in patterns)
 
 
 def atomic_write(url: str, data: bytes) -> None:

@@ -5,7 +5,8 @@ split), per-unit commit records and side files (``_units/``), bad records (``_er
 offset indexes of WebDataset parts (``_index/part-NNNNN.tar.idx`` beside each part), the
 output lease (``_LEASE``, renamed ``_LEASE.stale-<token>`` when taken over), temporary files of
 atomic writes (``.tmp-<uuid>-<name>``, renamed into place or removed), and last the manifest
-``_SUCCESS``. Anything starting with ``_`` or ``.`` is bookkeeping, never data.
+``_SUCCESS``. Anything starting with ``_`` or ``.`` is bookkeeping, never data. What of a directory
+counts as ours (and what ``--overwrite`` may delete) is decided in ``io/ownership.py``.
 """
 
 import os
@@ -17,6 +18,7 @@ ERRORS_DIR = "_errors"
 LEASE = "_LEASE"
 STALE_LEASE_PREFIX = f"{LEASE}.stale-"
 INDEX_DIR = "_index"
+SPLIT_DIR = "_split"  # split's side files (thresholds, hashes)
 PART_PREFIX = "part-"
 TMP_PREFIX = ".tmp-"
 

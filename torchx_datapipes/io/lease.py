@@ -20,7 +20,7 @@ import orjson
 from torchx_datapipes.errors import DatapipesError
 from torchx_datapipes.io.checksum import write_file
 from torchx_datapipes.io.fs import fs_and_path, join
-from torchx_datapipes.io.layout import LEASE, STALE_LEASE_PREFIX
+from torchx_datapipes.io.layout import LEASE, STALE_LEASE_PREFIX, SUCCESS
 
 HEARTBEAT_ENV = "TDP_LEASE_HEARTBEAT_S"
 DEFAULT_HEARTBEAT_S = 20.0
@@ -148,8 +148,8 @@ class Lease:
         if self.lost or current is None or current.token != self.holder.token:
             who = current.describe() if current is not None else "nobody (the lease file is gone)"
             raise LeaseLostError(
-                f"the output lease {self.url} is now held by {who}: this job was presumed dead (no"
-                f" heartbeat for {stale_s():.0f}s) and must not commit. Rerun when the other job is done"
+                f"lease lost: the output lease {self.url} is now held by {who}: this job was presumed dead"
+                f" (no heartbeat for {stale_s():.0f}s) and must not commit. Rerun when the other job is done"
             )
 
     def start_heartbeat(self) -> None:
@@ -237,3 +237,44 @@ def _alive(pid: int) -> bool:
     except (OSError, IndexError):
         return True  # no /proc: trust kill(0)
     return state not in (b"Z", b"X")
+
+
+def lease_lost(output: str, token: str, holder: bool = False, flagged: Optional[str] = None) -> Optional[str]:
+    """Why this job no longer owns ``output`` (naming the job that does), or None if it still may.
+
+    ``token`` is the job's lease token (rank 0 shares it with the plan); ``holder`` is True in rank 0
+    (and its worker processes), which has not released the lease, so a missing lease means it was
+    taken; another rank sees a missing lease as lost only if ``_SUCCESS`` names another run.
+    ``flagged``: what the heartbeat thread saw.
+    """
+    try:
+        current = read_holder(output)
+    except OSError:
+        return None
+    if current is not None and flagged is None and current.token in (token, "?"):  # "?": being written
+        return None
+    completed = _success_run(output) if current is None else None
+    if not holder and current is None and (completed is None or completed == (run_identity() or "")):
+        return None
+    if current is not None:
+        who = current.describe()
+    else:
+        run = f" (run {completed})" if completed else ""
+        done = f" after completing the output{run}" if completed is not None else ""
+        who = f"nobody now: the job that took it over has released it{done}"
+    return (
+        f"lease lost: the output lease of {output} is now held by {who}. This job was presumed dead"
+        f" (no heartbeat for {stale_s():.0f}s: frozen, e.g. by SIGSTOP, or cut off from the storage) and"
+        f" another job took the output over. Rerun once that job is done, or choose another --output"
+    )
+
+
+def _success_run(output: str) -> Optional[str]:
+    """The run id in ``OUT/_SUCCESS`` ('' if it names none), or None without a readable ``_SUCCESS``."""
+    try:
+        fs, path = fs_and_path(join(output, SUCCESS))
+        with fs.open(path, "rb") as fh:
+            job = orjson.loads(fh.read()).get("job") or {}
+    except (OSError, orjson.JSONDecodeError, AttributeError):
+        return None
+    return str(job.get("run_id") or "")

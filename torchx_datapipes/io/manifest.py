@@ -12,7 +12,7 @@ from typing import Any, Dict, List, Optional, Tuple
 import orjson
 
 from torchx_datapipes.io.checksum import write_file
-from torchx_datapipes.io.fs import exists, fs_and_path, join, read_bytes
+from torchx_datapipes.io.fs import exists, join, read_bytes
 from torchx_datapipes.io.layout import LEASE, SUCCESS, unit_file
 
 MANIFEST_VERSION = 1
@@ -64,18 +64,13 @@ def write_manifest(output: str, manifest: Dict[str, Any]) -> None:
 
 
 def clear_output(output: str, keep: Tuple[str, ...] = (LEASE,)) -> None:
-    """Remove a previous result: ``_SUCCESS`` first, so it never looks complete midway.
+    """Remove a previous result of ours (``_SUCCESS`` first); never an entry we did not write.
 
-    Entries named in ``keep`` (the running job's output lease) stay.
+    See :func:`torchx_datapipes.io.ownership.clear_ours`; entries named in ``keep`` stay.
     """
-    fs, path = fs_and_path(output)
-    if fs.exists(f"{path}/{SUCCESS}"):
-        fs.rm(f"{path}/{SUCCESS}")
-    if not fs.exists(path):
-        return
-    for entry in fs.ls(path, detail=False):
-        if entry.rstrip("/").rsplit("/", 1)[-1] not in keep:
-            fs.rm(entry, recursive=True)
+    from torchx_datapipes.io.ownership import clear_ours
+
+    clear_ours(output, keep)
 
 
 def versions() -> Dict[str, str]:

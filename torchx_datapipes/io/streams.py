@@ -17,6 +17,7 @@ from torchx_datapipes.errors import InputError
 
 _RAW_CHUNK = 1 << 18
 _OUT_MAX = 1 << 23
+_ZSTD_IN = 512  # zstd input per call: at most ~16 MiB out, whatever the frame holds (costs ~nothing)
 
 
 class TruncatedError(EOFError):
@@ -90,8 +91,8 @@ _DECOMPRESSORS: dict[str, Callable[[], Any]] = {
 class Decompressing(io.RawIOBase):
     """Decompresses ``raw`` (concatenated members/frames too); raises :class:`TruncatedError` at a cut.
 
-    Output is produced in pieces of at most ``_OUT_MAX`` bytes where the codec allows it
-    (zlib, bz2, lzma), so a highly compressed chunk never becomes one huge buffer.
+    Output is produced in pieces of at most ``_OUT_MAX`` bytes (zlib, bz2 and lzma take an output
+    limit; zstd is fed small slices), so a highly compressed chunk never becomes one huge buffer.
     """
 
     def __init__(self, raw: Capped, compression: str) -> None:
@@ -100,7 +101,8 @@ class Decompressing(io.RawIOBase):
         self._new = _DECOMPRESSORS[compression]
         self._dec: Any = self._new()
         self._fed = False  # the current decompressor has seen input (a member is open)
-        self._tail = b""  # zlib's input not yet consumed (its output limit was reached)
+        self._tail = b""  # zlib's (zstd's) input not yet consumed (its output limit was reached)
+        self._zstd_rest = b""  # zstd's input after the end of a frame
         self._leftover = b""  # input after the end of a member: the next member's start
         self._pending = b""
         self._off = 0
@@ -119,7 +121,7 @@ class Decompressing(io.RawIOBase):
 
     def _more_output(self) -> bool:
         """The decompressor holds output it could not hand out (its output limit was reached)."""
-        if self.compression == "gzip":
+        if self.compression in ("gzip", "zstd"):
             return bool(self._tail)
         if self.compression in ("bz2", "xz"):
             return not self._dec.eof and not self._dec.needs_input
@@ -133,7 +135,22 @@ class Decompressing(io.RawIOBase):
             return out  # type: ignore[no-any-return]
         if self.compression in ("bz2", "xz"):
             return d.decompress(data, _OUT_MAX)  # type: ignore[no-any-return]
-        return d.decompress(data)  # type: ignore[no-any-return]
+        return self._zstd_step(self._tail + data)
+
+    def _zstd_step(self, data: bytes) -> bytes:
+        """zstandard has no output limit, and a frame of RLE blocks grows ~32000x (9 KB -> 300 MB):
+        feed it small slices until ``_OUT_MAX`` is out, keeping the rest for the next step."""
+        d, outs, total, i = self._dec, [], 0, 0
+        while i < len(data) and total < _OUT_MAX:
+            piece = d.decompress(data[i : i + _ZSTD_IN])
+            i += _ZSTD_IN
+            outs.append(piece)
+            total += len(piece)
+            if d.eof:  # the frame ended inside this slice: the rest starts the next frame
+                self._zstd_rest, self._tail = d.unused_data + data[i:], b""
+                return b"".join(outs)
+        self._tail = data[i:]
+        return b"".join(outs)
 
     def _fill(self) -> bool:
         """Decompress more into ``_pending``; False at a clean end of the stream."""
@@ -155,7 +172,7 @@ class Decompressing(io.RawIOBase):
             raise CorruptError(f"{self.compression} stream is corrupt: {e}") from e
         self._fed = True
         if self._dec.eof:
-            rest = self._dec.unused_data
+            rest = self._zstd_rest if self.compression == "zstd" else self._dec.unused_data
             self._leftover = rest if rest.strip(b"\0") else b""  # zero padding after the last member
         self._pending, self._off = out, 0
         return True

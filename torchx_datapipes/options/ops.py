@@ -11,10 +11,16 @@ from torchx_datapipes.options import checks as c
 from torchx_datapipes.options.spec import REQUIRED, OpSpec, Option
 
 DEFAULT_MAX_ERROR_RATE = 0.1
+DEFAULT_MAX_RECORD_MB = 64.0
+_MAX_RECORD_HELP = (
+    "the largest input record in MiB (default 64): a longer line, CSV row, JSON document, tar member or"
+    " file is a bad record naming its file, line and size (memory stays bounded by it)"
+)
 
 _INPUT_HELP = (
-    "input files: a path, a glob such as 'data/*.jsonl', a directory, or several separated by commas;"
-    " local, s3:// or any fsspec URL"
+    "input files: a path, a glob such as 'data/*.jsonl', a directory, or several separated by commas"
+    " (write a comma inside a name as \\,); an existing path is read as it is written even if it holds"
+    " glob characters ([x].jsonl); local, s3:// or any fsspec URL"
 )
 
 
@@ -117,7 +123,8 @@ def _data(
             "overwrite",
             "bool",
             False,
-            "replace an output that already has _SUCCESS: true/false (also 1/0, yes/no)",
+            "replace an output that already has _SUCCESS: true/false (also 1/0, yes/no); deletes only what"
+            " this product wrote, and a directory holding anything else is refused",
         ),
     )
 
@@ -127,6 +134,7 @@ def _ship(store_help: str, backend_help: str) -> Tuple[Option, ...]:
         Option("artifact_store", "str", None, store_help, optional=True, runner=False),
         Option("backend", "str", "cloudpickle", backend_help, choices=c.BACKENDS, runner=False),
         Option("unit_mb", "float", 64.0, "target size in MB of a unit of work", check=c.positive),
+        Option("max_record_mb", "float", DEFAULT_MAX_RECORD_MB, _MAX_RECORD_HELP, check=c.positive),
     )
 
 
@@ -148,7 +156,13 @@ def _launch(name: str) -> Tuple[Option, ...]:
         ),
         _Launch("cpu", "int", 2, "number of cpus per replica", check=c.at_least(1)),
         _Launch("gpu", "int", 0, "number of gpus per replica", check=c.at_least(0)),
-        _Launch("memMB", "int", 1024, "cpu memory in MB per replica", check=c.at_least(1)),
+        _Launch(
+            "memMB",
+            "int",
+            0,
+            "cpu memory in MB per replica (node); 0: sized from -j and --num_workers (see docs/cluster.md)",
+            check=c.at_least(0),
+        ),
         _Launch(
             "j",
             "str",
@@ -238,8 +252,10 @@ TRANSFORM = OpSpec(
             None,
             "memoize the function per record in a shared cache, keyed by (function sha256, record),"
             " so a rerun on"
-            " the same data computes nothing: redis://host:6379/0, memcached://host:11211, sqlite:///dev/shm/tdp.db"
-            " (one machine) or memory:// (per process); options as a query, e.g. ?namespace=clean&ttl=86400."
+            " the same data computes nothing: redis://host:6379/0, memcached://host:11211, sqlite://"
+            " (one machine: a private per-user /dev/shm/tdp-<uid>/cache.db) or memory:// (per process);"
+            " options as a query, e.g. ?namespace=clean&ttl=86400. Pickled results load only under the"
+            " cache's trust (?pickle=true, ?hmac_key_file=PATH; docs/cache.md)."
             " Passwords never go on the command line: use ?password_env=NAME (see docs/cache.md)."
             " The manifest"
             " reports hits and misses",

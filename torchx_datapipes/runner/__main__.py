@@ -5,7 +5,8 @@ import os
 import sys
 import threading
 
-from torchx_datapipes.runner.main import main
+from torchx_datapipes.errors import DatapipesError
+from torchx_datapipes.runner.main import main, print_error
 
 
 def exit_now(code: int = 0) -> None:
@@ -15,7 +16,8 @@ def exit_now(code: int = 0) -> None:
     then the torchx client) waits for the slowest rank to exit. What a normal exit would still do
     is done here first: other non-daemon threads are joined, the ``atexit`` handlers run (logging's
     flush, the user's own), and stdout/stderr are flushed. Only a successful run exits this way; an
-    exception takes the normal path (traceback, torch elastic's error file, exit code 1).
+    exception takes the normal path (torch elastic's error file, exit code 1; a traceback unless it
+    is one of our own errors, which is printed once, readably).
     """
     for t in threading.enumerate():
         if t is not threading.current_thread() and not t.daemon:
@@ -30,5 +32,11 @@ def exit_now(code: int = 0) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    except (
+        DatapipesError
+    ) as e:  # a complete message (file, line, the user's traceback, the fix): print it once
+        print_error(e)
+        sys.exit(1)
     exit_now(0)

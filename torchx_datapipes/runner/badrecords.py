@@ -128,9 +128,12 @@ class ErrorSink:
     def _bad_unit(self, b: BadRecord) -> None:
         """A unit that could not be read to its end (a cut or corrupt compressed stream)."""
         if self.policy is OnError.RAISE:
+            fix = b.fix or (
+                "re-fetch or recompress the file (check it with gzip -t / zstd -t / xz -t / bzip2 -t)"
+            )
             raise RecordError(
                 f"{self.path}: {b.error}; the records after line {b.line} are missing."
-                f" fix: re-fetch or recompress the file (check it with gzip -t / zstd -t / xz -t / bzip2 -t),"
+                f" fix: {fix},"
                 f" or rerun with --on_error skip to keep the {b.line} lines read, record the unit in"
                 f" {join(self.output, ERRORS_DIR)}/ and count its lost bytes against --max_error_rate"
             )

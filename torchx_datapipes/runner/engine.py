@@ -23,10 +23,12 @@ import orjson
 from torchx_datapipes.errors import DatapipesError, OutputExistsError
 from torchx_datapipes.io import manifest as mf
 from torchx_datapipes.io.checksum import verify
-from torchx_datapipes.io.formats import UnitReader
+from torchx_datapipes.io.formats import UnitReader, record_bytes
 from torchx_datapipes.io.fs import check_disjoint, expand_input_files, join
 from torchx_datapipes.io.layout import ERRORS_DIR
-from torchx_datapipes.io.lease import Lease, run_identity
+from torchx_datapipes.io.lease import Lease, LeaseLostError, lease_lost, run_identity
+from torchx_datapipes.io.ownership import check_reserved, mark_output, refuse_foreign
+from torchx_datapipes.io.stale import remove_stale_temps
 from torchx_datapipes.io.units import Unit, plan_units
 from torchx_datapipes.runner.background import Background
 from torchx_datapipes.runner.badrecords import ErrorSink, OnError
@@ -59,6 +61,7 @@ class RunConfig:
     max_error_rate: float = 0.1  # max(bad records / records in, lost bytes / input bytes)
     overwrite: bool = False
     unit_mb: float = 64.0
+    max_record_mb: float = 64.0  # the record bound (a longer line, row, document, member: a bad record)
     timeout_s: float = 6 * 3600.0
     progress_s: float = 5.0
     assign: str = "dynamic"  # dynamic claiming or static strided assignment (never in the fingerprint)
@@ -107,6 +110,7 @@ class Engine:
         self.units: List[Unit] = []
         self.fingerprint = ""
         self.lease: Optional[Lease] = None
+        self.lease_token = ""  # rank 0's lease token, shared with the plan
         self.early: Optional[Background[Tuple[List[Tuple[str, int]], List[Unit]]]] = None
 
     def options(self) -> Dict[str, Any]:
@@ -117,6 +121,7 @@ class Engine:
             "batch_size": c.batch_size,
             "on_error": c.on_error.value,
             "unit_mb": c.unit_mb,
+            "max_record_mb": c.max_record_mb,
             **self.op.options(),
         }
 
@@ -133,6 +138,8 @@ class Engine:
         """Run the whole job on this rank; rank 0 returns the manifest."""
         d = self.dist
         die_with_agent()
+        if d.rank == 0:  # nothing is read or written through a reserved name that is a symlink
+            check_reserved(self.cfg.output)
         if self._already_complete():
             return mf.read_manifest(self.cfg.output) if d.rank == 0 else None
         if d.rank == 0:  # list and plan the input while the process group forms (other ranks import)
@@ -148,6 +155,15 @@ class Engine:
                 manifest = None
             else:
                 manifest = self.commit()
+        except LeaseLostError:
+            raise
+        except Exception as e:
+            lost = self.lease_lost()
+            if lost is not None:  # another job took the output over: that, not the symptom, is the error
+                raise LeaseLostError(
+                    f"{lost}. This job stopped without committing ({type(e).__name__}: {e})"
+                ) from e
+            raise
         finally:
             if self.lease is not None:
                 self.lease.release()
@@ -178,6 +194,7 @@ class Engine:
         data = orjson.loads(self.dist.share("plan", self._plan_on_rank0, self.cfg.timeout_s))
         self.inputs = [(str(p), int(s)) for p, s in data["inputs"]]
         self.units = [Unit(**u) for u in data["units"]]
+        self.lease_token = str(data["lease"])
         if self.dist.local_rank == 0 and self.dist.rank != 0:  # rank 0 checked its host's view when planning
             check_disjoint(self.inputs, self.cfg.output, self.cfg.inputs)  # once per other host
         self.fingerprint = mf.fingerprint(
@@ -189,18 +206,33 @@ class Engine:
         """The input files and their units: a function of the input alone (no lease, no output)."""
         c = self.cfg
         files = expand_input_files(list(c.inputs))
-        units = plan_units([(f.url, f.size, f.mtime) for f in files], c.format, c.unit_mb)
+        units = plan_units([(f.url, f.size, f.mtime) for f in files], c.format, c.unit_mb, c.max_record_mb)
         return [(f.url, f.size) for f in files], units
 
     def _plan_on_rank0(self) -> bytes:
         c = self.cfg
         inputs, units = self.early.result() if self.early is not None else self._list_and_plan()
         check_disjoint(inputs, c.output, c.inputs)
+        refuse_foreign(
+            c.output, c.overwrite
+        )  # before anything is written there, or through its reserved names
         self.lease = Lease.acquire(c.output)
         if c.overwrite and self.dist.first_round and not self.lease.retaken:  # not after a restart/new round
             mf.clear_output(c.output)
+        remove_stale_temps(c.output)  # a killed run's temp files: no run of ours writes here but us
+        mark_output(c.output)  # before any part: a relaunch knows they are ours
         self.lease.start_heartbeat()
-        return orjson.dumps({"inputs": inputs, "units": [u.to_json() for u in units]})
+        self.lease_token = self.lease.holder.token
+        return orjson.dumps(
+            {"inputs": inputs, "units": [u.to_json() for u in units], "lease": self.lease_token}
+        )
+
+    def lease_lost(self) -> Optional[str]:
+        """Why another job now owns the output (see ``io.lease.lease_lost``); None before the plan."""
+        if not self.lease_token:
+            return None
+        lease = self.lease
+        return lease_lost(self.cfg.output, self.lease_token, lease is not None, lease.lost if lease else None)
 
     def barrier(self) -> None:
         self.dist.barrier(self.cfg.timeout_s)
@@ -282,6 +314,9 @@ class Engine:
             if self.committed(unit, name, label):
                 skipped += 1
             else:
+                lost = self.lease_lost()  # one small read: stop at once if another job took the output
+                if lost is not None:
+                    raise LeaseLostError(f"{lost}. This job stopped before unit {unit.describe()}")
                 self.process(unit, name, fn, progress, slot)
                 done += 1
             progress.unit_done(unit.nbytes)
@@ -306,7 +341,7 @@ class Engine:
 
     def process(self, unit: Unit, name: str, fn: UnitFn, progress: Progress, slot: int = 0) -> None:
         t = time.time()
-        reader = UnitReader(unit, self.cfg.batch_size)
+        reader = UnitReader(unit, self.cfg.batch_size, max_record=record_bytes(self.cfg.max_record_mb))
         reader.on_batch = progress.update
         sink = ErrorSink(reader, self.cfg.on_error, self.cfg.output, self.fn_label)
         extra = fn(unit, reader, sink)
@@ -320,6 +355,7 @@ class Engine:
             "records_in": reader.records + len(reader.bad),
             "parsed": reader.records,
             "blank_lines": reader.blank,
+            "skipped_members": reader.skipped_members,
             "bad": sink.count,
             "bad_units": reader.bad_units,
             "lost_bytes": reader.lost_bytes,
@@ -353,7 +389,10 @@ class Engine:
         c = self.cfg
         metas = self.load_metas("main")
         check_files(c.output, metas)
-        totals = {k: sum(int(m.get(k, 0)) for m in metas) for k in ("records_in", "bad", "blank_lines")}
+        totals = {
+            k: sum(int(m.get(k, 0)) for m in metas)
+            for k in ("records_in", "bad", "blank_lines", "skipped_members")
+        }
         rate = check_error_rate(metas, sum(u.nbytes for u in self.units), c.max_error_rate, c.output)
         if self.lease is not None:
             self.lease.check()  # before finalize writes side files (stats.json, reports)
@@ -376,6 +415,7 @@ class Engine:
                 "records_in": totals["records_in"],
                 "bad": totals["bad"],
                 "blank_lines": totals["blank_lines"],
+                "skipped_members": totals["skipped_members"],
                 "lost_bytes": sum(int(m.get("lost_bytes", 0)) for m in metas),
                 "error_rate": rate,
                 "max_error_rate": c.max_error_rate,

@@ -1,15 +1,22 @@
 """Entry point of the runner app: ``python -m torchx_datapipes.runner <op> [options]``.
 
 torchrun starts one of these per rank. Errors are recorded with torch elastic's
-``@record`` so the job status carries the file, line and the user's traceback.
+``@record`` so the job status carries them. Our own errors (``DatapipesError``: a bad record with
+its file, line and the user's traceback, a refused output, a lost lease...) are complete messages:
+the rank prints each once, readably, without the runner's internal traceback (see ``__main__``),
+and the error file (which torchrun and ``torchx run`` print as YAML) carries a one-line summary of it.
 """
 
 import argparse
+import os
 import sys
+import time
 from typing import Any, Callable, Dict, List, Optional
 
-from torch.distributed.elastic.multiprocessing.errors import record
+import orjson
+from torch.distributed.elastic.multiprocessing.errors import ErrorHandler, record
 
+from torchx_datapipes.errors import DatapipesError
 from torchx_datapipes.io.fs import split_patterns
 from torchx_datapipes.io.inputs.registry import encode_spec
 from torchx_datapipes.options import SPECS
@@ -50,6 +57,7 @@ def to_config(args: argparse.Namespace) -> RunConfig:
         max_error_rate=args.max_error_rate,
         overwrite=bool(args.overwrite),
         unit_mb=args.unit_mb,
+        max_record_mb=args.max_record_mb,
         timeout_s=args.timeout_s,
         progress_s=args.progress_s,
         assign=args.assign,
@@ -125,8 +133,38 @@ def summary(manifest: Dict[str, Any]) -> str:
     return line
 
 
-@record
-def main(argv: Optional[List[str]] = None) -> Optional[Dict[str, Any]]:
+def one_line(e: BaseException) -> str:
+    """A one-line summary of an error: its type, first line and fix (the whole message goes to the log)."""
+    lines = [line.strip() for line in str(e).splitlines() if line.strip()]
+    text = f"{type(e).__name__}: {lines[0] if lines else ''}"
+    fix = next((line for line in lines[1:] if line.startswith("fix:")), None)
+    if fix:
+        text += f" ({fix})"
+    if len(lines) > 1:
+        text += "; the full error is in the rank's log"
+    return text
+
+
+class RunnerErrors(ErrorHandler):
+    """torch elastic's error file, with our own errors as a one-line summary and no traceback."""
+
+    def record_exception(self, e: BaseException) -> None:
+        file = self._get_error_file_path()
+        if not isinstance(e, DatapipesError) or not file:
+            super().record_exception(e)
+            return
+        data = {"message": {"message": one_line(e), "extraInfo": {"timestamp": str(int(time.time()))}}}
+        with open(file, "wb") as fh:
+            fh.write(orjson.dumps(data))
+
+
+def print_error(e: DatapipesError) -> None:
+    """The rank's one readable print of its error (``__main__`` exits 1 after it, without a traceback)."""
+    rank = os.environ.get("RANK", "0")
+    print(f"torchx_datapipes: rank {rank} failed: {type(e).__name__}: {e}", file=sys.stderr, flush=True)
+
+
+def _main(argv: Optional[List[str]] = None) -> Optional[Dict[str, Any]]:
     args = parse_args(argv)
     cfg = to_config(args)
     fn = load_fn(args)
@@ -138,3 +176,7 @@ def main(argv: Optional[List[str]] = None) -> Optional[Dict[str, Any]]:
         print(summary(manifest), file=sys.stderr, flush=True)
         print(f"output: {cfg.output}  manifest: {cfg.output}/_SUCCESS", file=sys.stderr, flush=True)
     return manifest
+
+
+main = record(_main, error_handler=RunnerErrors())
+main.__doc__ = "Run one rank of a job (``python -m torchx_datapipes.runner``); rank 0 returns the manifest."

@@ -10,9 +10,7 @@ import base64
 import html
 from typing import Any
 
-import fsspec
-from fsspec.core import url_to_fs
-
+from torchx_datapipes.io.checksum import write_file
 from torchx_datapipes.stats.markdown import render_markdown
 from torchx_datapipes.stats.summary import (
     COLUMNS,
@@ -59,20 +57,17 @@ footer{margin-top:32px;color:#6b7385;font-size:12px}
 
 
 def write_reports(doc: dict[str, Any], out_dir: str) -> list[str]:
-    """Write ``report.html`` and ``stats.md`` for ``doc`` into ``out_dir``; return their URLs.
+    """Write ``report.html`` and ``stats.md`` for ``doc`` into ``out_dir`` atomically; return their URLs.
 
     Args:
         doc: a :meth:`StatsPartial.result` document, plus any runner keys such as
             ``schema_version``, ``bad_records``, ``inputs`` or ``manifest`` (shown in the header).
         out_dir: a local path or fsspec URL (``memory://``, ``s3://``...); created if needed.
     """
-    fs, root = url_to_fs(out_dir)
-    fs.makedirs(root, exist_ok=True)
     out = []
     for name, text in ((REPORT_HTML, render_html(doc)), (STATS_MD, render_markdown(doc))):
         url = out_dir.rstrip("/") + "/" + name
-        with fsspec.open(url, "wb") as f:
-            f.write(text.encode("utf-8"))
+        write_file(url, text.encode("utf-8"))  # atomic; disk full names the file and leaves no part of it
         out.append(url)
     return out
 

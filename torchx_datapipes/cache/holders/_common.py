@@ -12,11 +12,11 @@ _SCALARS = (str, bytes, int, float, bool, type(None))
 
 
 def resolve_cache(cache: CacheLike) -> Cache:
-    """A :class:`Cache` from a Cache object or a URL such as ``sqlite:///dev/shm/tdp.db``."""
+    """A :class:`Cache` from a Cache object or a URL such as ``sqlite://?namespace=imgs``."""
     if isinstance(cache, (Cache, str)):
         return open_cache(cache)
     raise TypeError(
-        f"cache must be a Cache or a cache URL string (e.g. 'sqlite:///dev/shm/tdp.db'),"
+        f"cache must be a Cache or a cache URL string (e.g. 'sqlite://?namespace=imgs'),"
         f" got {type(cache).__name__}"
     )
 

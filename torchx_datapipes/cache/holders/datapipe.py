@@ -40,7 +40,7 @@ class KVCacheHolderMapDataPipe(MapDataPipe[T_co]):
     Args:
         source_dp: the map-style DataPipe whose items are cached.
         cache: a :class:`~torchx_datapipes.cache.Cache` or a URL for ``open_cache``
-            (e.g. ``"sqlite:///dev/shm/tdp.db?namespace=train"``).
+            (e.g. ``"sqlite://?namespace=train"``).
         key_fn: maps an index to its cache key (default: the index itself).
 
     Example:

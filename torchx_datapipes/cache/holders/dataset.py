@@ -33,7 +33,7 @@ class CachedDataset(Dataset[T]):
         key_fn: maps an index to its cache key (default: the index itself).
 
     Example:
-        >>> ds = CachedDataset(ImageFolder(root), "sqlite:///dev/shm/tdp.db?namespace=imgs_v1")
+        >>> ds = CachedDataset(ImageFolder(root), "sqlite://?namespace=imgs_v1")
         >>> loader = DataLoader(ds, batch_size=64, num_workers=8)
     """
 

@@ -9,6 +9,13 @@ mapped page of the file, which looks like a private copy per worker to anything 
 watches RSS (measured in benchmarks/bench_cache.py). Put the file on local disk or
 ``/dev/shm``, never on NFS.
 
+Trust: a database another user can write is a database that user can fill, so the file, its
+directory and the directories above it are checked (:mod:`torchx_datapipes.cache.private`) when
+the cache is opened and before every connection, and refused with the path, owner, mode and fix.
+``sqlite://`` alone is the private per-user default ``/dev/shm/tdp-<uid>/cache.db`` (directory
+0700, files 0600). Pickled values are signed with a key file ``<db>.key`` (0600) unless
+``pickle=`` or an ``hmac_key*`` option says otherwise.
+
 Fork: a WAL connection open in a parent at ``fork()`` corrupts SQLite's per-process lock and
 shared-memory state in the child (the child's own connection then fails with "disk I/O
 error"; SQLite's docs: never carry an open connection across fork). So before every fork this
@@ -28,7 +35,10 @@ import weakref
 from typing import Any, Dict, List, Optional
 
 from torchx_datapipes.cache.base import Cache
+from torchx_datapipes.cache.private import check_dirs, check_sqlite_files, default_sqlite_path, make_dirs
+from torchx_datapipes.cache.trust import Trust
 
+_SIBLINGS = ("-wal", "-shm", "-journal")  # sqlite's own files next to the database
 _BATCH = 500  # bound variables per statement (SQLite allows 32766; smaller is faster to plan)
 # A rowid table (not WITHOUT ROWID): values are large rows, which WITHOUT ROWID stores in the
 # key's B-tree; measured on tmpfs with 1 KiB values: 138k vs 31k inserts/s, 386k vs 138k reads/s.
@@ -51,7 +61,8 @@ class SqliteCache(Cache):
     """A SQLite file shared by all processes of one machine.
 
     Args:
-        path: the database file (created with its directory if missing).
+        path: the database file (created 0600, with its missing directories 0700); "" for the
+            private per-user default ``/dev/shm/tdp-<uid>/cache.db``.
         lock_timeout: seconds to wait for another process's write lock before giving up
             (a give-up counts as an error, i.e. a miss or an unstored value).
         mmap_bytes: bytes of the file to map into memory for reads (0: no mmap, the default).
@@ -62,14 +73,21 @@ class SqliteCache(Cache):
     default_max_value_bytes = 512 * 1024 * 1024
 
     def __init__(self, path: str, lock_timeout: float = 10.0, mmap_bytes: int = 0, **options: Any) -> None:
+        self.path = os.path.abspath(os.path.expanduser(path or default_sqlite_path()))
+        self.lock_timeout, self.mmap_bytes = float(lock_timeout), int(mmap_bytes)
+        self._check_files()  # before the trust's key file is read or made next to the database
         super().__init__(**options)
-        if not path:
-            raise ValueError("sqlite cache needs a file path, e.g. sqlite:///dev/shm/tdp-cache.db")
-        self.path, self.lock_timeout, self.mmap_bytes = (
-            os.path.abspath(path),
-            float(lock_timeout),
-            int(mmap_bytes),
-        )
+
+    def _default_trust(self) -> Trust:
+        return Trust("hmac", key_file=self.path + ".key", create_key=True)
+
+    def _check_files(self) -> None:
+        """Refuse a database that another user can write; make it (0600) and its directory (0700)."""
+        directory = os.path.dirname(self.path)
+        shared = check_dirs(directory, "sqlite cache")
+        make_dirs(directory)
+        shared = check_dirs(directory, "sqlite cache")  # what was made is ours and private
+        check_sqlite_files(self.path, shared, _SIBLINGS)
 
     @classmethod
     def from_url(cls, location: str, path: str, **options: Any) -> "SqliteCache":
@@ -80,14 +98,14 @@ class SqliteCache(Cache):
                 f"sqlite cache URL has a host part {location!r}: write sqlite:///absolute/path.db"
                 " (three slashes) or sqlite://./relative.db"
             )
-        return cls(path, **options)
+        return cls("" if path in ("", "/") else path, **options)  # sqlite://: the private default
 
     def describe(self) -> str:
         return f"sqlite://{self.path}"
 
     def _db(self) -> sqlite3.Connection:
         if self._live_conn is None:
-            os.makedirs(os.path.dirname(self.path), exist_ok=True)
+            self._check_files()
             conn = sqlite3.connect(self.path, timeout=self.lock_timeout, isolation_level=None)
             conn.execute(f"PRAGMA busy_timeout={int(self.lock_timeout * 1000)}")
             self._wal(conn)

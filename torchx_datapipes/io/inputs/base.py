@@ -26,6 +26,24 @@ ArrowBatches = Iterator[Tuple[Any, Sequence[int]]]  # (pyarrow.RecordBatch, line
 PlannedFile = Tuple[str, int, float]  # url, size, mtime
 BOM = b"\xef\xbb\xbf"
 SUPPORTED_COMPRESSIONS = ("gzip", "zstd", "bz2", "xz")
+DEFAULT_MAX_RECORD_MB = 64.0  # --max_record_mb: the record bound (options/ops.py documents it)
+
+
+def record_bytes(mb: float) -> int:
+    """The record bound in bytes for ``--max_record_mb`` (MiB)."""
+    return max(1, int(mb * (1 << 20)))
+
+
+DEFAULT_MAX_RECORD = record_bytes(DEFAULT_MAX_RECORD_MB)
+
+
+def too_large(what: str, size: int, limit: int, at_least: bool = False) -> str:
+    """The error of a record over the bound: its size, the bound and the fix."""
+    more = "at least " if at_least else ""
+    return (
+        f"{what} is {more}{size:,} bytes, over the record bound of {limit:,} bytes (--max_record_mb"
+        f" {limit / (1 << 20):g}); shorten or split the record, or raise --max_record_mb"
+    )
 
 
 def extra_hint(extra: str, module: str) -> ImportError:
@@ -52,6 +70,7 @@ class ReadOptions:
     schema: Dict[str, str] = field(default_factory=dict)
     na_values: Optional[Tuple[str, ...]] = None  # None: the format's default null markers
     delimiter: str = ""  # "": the format's default for the file (``,``; tab for .tsv)
+    max_record: int = DEFAULT_MAX_RECORD  # the record bound in bytes (``--max_record_mb``)
 
 
 @contextlib.contextmanager

@@ -24,6 +24,7 @@ from torchx_datapipes.io.inputs.base import (
     extra_hint,
     open_unit_stream,
     stem_of,
+    too_large,
 )
 from torchx_datapipes.io.inputs.csv_lines import RecordLines, Tee
 from torchx_datapipes.io.inputs.unit import Unit
@@ -60,7 +61,12 @@ class _Parse:
     """One pass of pyarrow's parser over a file: string batches, record lines, invalid rows."""
 
     def __init__(
-        self, stream: Any, delimiter: str, na_values: Sequence[str], columns: Optional[List[str]]
+        self,
+        stream: Any,
+        delimiter: str,
+        na_values: Sequence[str],
+        columns: Optional[List[str]],
+        block: int = 0,
     ) -> None:
         self.lines = RecordLines(delimiter)
         self.invalid: Deque[str] = deque()
@@ -69,13 +75,13 @@ class _Parse:
             null_values=list(na_values),
             strings_can_be_null=True,
             quoted_strings_can_be_null=True,
-            column_types={c: pa.string() for c in columns} if columns else None,
+            column_types={c: pa.binary() for c in columns} if columns else None,
         )
         self.reader: Any = None
         try:
             self.reader = pacsv.open_csv(
                 tee,
-                read_options=pacsv.ReadOptions(use_threads=False, block_size=_BLOCK),
+                read_options=pacsv.ReadOptions(use_threads=False, block_size=max(block, _BLOCK)),
                 parse_options=pacsv.ParseOptions(
                     delimiter=delimiter, newlines_in_values=True, invalid_row_handler=self._invalid
                 ),
@@ -85,6 +91,8 @@ class _Parse:
             if "Empty CSV file" not in str(e):
                 raise
         self.columns: List[str] = list(self.reader.schema.names) if self.reader is not None else []
+        if not self.columns:  # an empty file, or a BOM alone: no header, no records
+            self.reader = None
         if self.reader is not None:
             while len(self.lines) and self.lines.peek()[2]:
                 self.lines.pop()  # blank lines before the header
@@ -95,11 +103,15 @@ class _Parse:
         self.invalid.append(row.text)
         return "skip"
 
-    def batches(self) -> Iterator[Any]:
+    def batches(self) -> Iterator[Tuple[Any, "ct.NotText"]]:
+        """String batches, and the cells of each that are not UTF-8 (row -> column, bytes)."""
         if self.reader is None:
             return
-        for batch in self.reader:
-            yield batch.cast(pa.schema([(c, pa.string()) for c in batch.schema.names]))
+        try:
+            for batch in self.reader:
+                yield ct.to_text(batch)
+        finally:
+            self.reader.close()  # now, not at exit: the parser's reading thread calls back into Python
 
 
 class CsvFormat(InputFormat):
@@ -111,9 +123,9 @@ class CsvFormat(InputFormat):
         _need_pyarrow()
         na = list(ct.DEFAULT_NA if opts.na_values is None else opts.na_values)
         delims = [opts.delimiter or default_delimiter(f[0]) for f in files]
-        kinds = csv_infer.infer_files(files, delims, na)
-        found = [(f, d, cols, k) for f, d, (cols, k) in zip(files, delims, kinds, strict=True)]
-        unified = ct.unify(k for *_, k in found)
+        kinds = csv_infer.infer_files(files, delims, na, max_record=opts.max_record)
+        found = [(f, d, cols, k, b, sp) for f, d, (cols, k, b, sp) in zip(files, delims, kinds, strict=True)]
+        unified = ct.unify(k for _, _, _, k, _, _ in found)
         known = set(unified)
         wrong = [c for c in opts.schema if c not in known]
         if wrong and found:
@@ -123,8 +135,12 @@ class CsvFormat(InputFormat):
             )
         unified.update(opts.schema)
         units = []
-        for (path, size, mtime), delim, cols, _ in found:
+        for (path, size, mtime), delim, cols, _, block, spans in found:
             read = {"schema": [[c, unified[c]] for c in cols], "na_values": na, "delimiter": delim}
+            if block > _BLOCK:  # a record longer than the usual block (up to --max_record_mb)
+                read["block"] = block
+            if spans:  # records over --max_record_mb: left out when parsing, each a bad record
+                read["over"] = [list(sp) for sp in spans]
             units.append(Unit(0, path, size, format=self.name, mtime=mtime, read=read))
         return units
 
@@ -142,28 +158,38 @@ class CsvFormat(InputFormat):
         schema: List[Tuple[str, str]] = [(c, t) for c, t in info.get("schema", [])]
         na = info.get("na_values", list(ct.DEFAULT_NA))
         delim = info.get("delimiter") or default_delimiter(u.path)
+        block = int(info.get("block", 0))
+        over = [tuple(sp) for sp in info.get("over", [])]
+        for line, _, _, _, nbytes in over:  # left out of parsing (the parser needs a record per block)
+            what = "the CSV record (a row, quoted fields included)"
+            reader.add_bad(line, too_large(what, nbytes, reader.max_record), "")
         with open_unit_stream(u.path, u.size) as (fh, raw):
             try:
-                yield from self._read(reader, fh, schema, na, delim)
+                yield from self._read(reader, csv_infer.without(fh, over), schema, na, delim, block)
             except (TruncatedError, CorruptError) as e:
                 reader.cut(e, reader.records + len(reader.bad), raw.consumed)
             except pa.ArrowInvalid as e:
-                raise InputError(
-                    f"{u.path}: cannot parse as CSV ({e}); fix the file, or pass --format"
-                ) from e
+                raise InputError(csv_infer.parse_error(u.path, e)) from e
             reader.bytes_read = raw.consumed
+        reader.blank = max(0, reader.blank - sum(sp[3] for sp in over))  # their newlines were not blank lines
         reader.bytes_done = u.nbytes
 
     def _read(
-        self, reader: "UnitReader", fh: Any, schema: List[Tuple[str, str]], na: List[str], delim: str
+        self,
+        reader: "UnitReader",
+        fh: Any,
+        schema: List[Tuple[str, str]],
+        na: List[str],
+        delim: str,
+        block: int = 0,
     ) -> ArrowBatches:
         kinds = dict(schema)
-        parse = _Parse(fh, delim, na, [c for c, _ in schema] or None)
+        parse = _Parse(fh, delim, na, [c for c, _ in schema] or None, block)
         ncols = len(parse.columns)
         header = delim.join(parse.columns)
-        for batch in parse.batches():
+        for batch, not_text in parse.batches():
             lines = self._lines(reader, parse, batch.num_rows, ncols, header)
-            yield self._typed(reader, batch, kinds, lines, delim)
+            yield self._typed(reader, batch, kinds, lines, delim, not_text)
         self._lines(reader, parse, -1, ncols, header)
 
     @staticmethod
@@ -182,10 +208,17 @@ class CsvFormat(InputFormat):
 
     @staticmethod
     def _typed(
-        reader: "UnitReader", batch: Any, kinds: Dict[str, str], lines: List[int], delim: str
+        reader: "UnitReader",
+        batch: Any,
+        kinds: Dict[str, str],
+        lines: List[int],
+        delim: str,
+        not_text: Optional["ct.NotText"] = None,
     ) -> Tuple[Any, List[int]]:
         cols: List[Any] = []
         bad: Dict[int, Tuple[str, str, Any]] = {}
+        for i, (name, value) in (not_text or {}).items():
+            bad[i] = (name, "", value)  # kind "": not UTF-8 (the cell is null in ``batch``)
         for name, col in zip(batch.schema.names, batch.columns):
             kind = kinds.get(name, "string")
             typed, wrong = ct.cast_column(col, kind)
@@ -196,12 +229,16 @@ class CsvFormat(InputFormat):
         if not bad:
             return table, lines
         for i, (name, kind, value) in sorted(bad.items()):
-            row = delim.join("" if v is None else str(v) for v in batch.slice(i, 1).to_pylist()[0].values())
-            reader.add_bad(
-                lines[i],
-                f"column {name!r}: {ct.describe_value(value)} is not a {kind} (the column's type); fix the"
-                f" value, or read the column as text with --schema '{name}:str'",
-                row,
+            cells = batch.slice(i, 1).to_pylist()[0]
+            if not kind:
+                cells[name] = value.decode("utf-8", errors="backslashreplace")
+            row = delim.join("" if v is None else str(v) for v in cells.values())
+            error = (
+                ct.not_text_error(name, value)
+                if not kind
+                else f"column {name!r}: {ct.describe_value(value)} is not a {kind} (the column's type); fix"
+                f" the value, or read the column as text with --schema '{name}:str'"
             )
+            reader.add_bad(lines[i], error, row)
         keep = pa.array([i not in bad for i in range(batch.num_rows)])
         return table.filter(keep), [ln for i, ln in enumerate(lines) if i not in bad]

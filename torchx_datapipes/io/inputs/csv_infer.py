@@ -1,13 +1,16 @@
 """CSV type inference over whole files with bounded memory (planning, rank 0).
 
-Each file is streamed once through pyarrow's CSV reader with every column read as a string,
-block by block (``_BLOCK`` bytes), and each block updates the column kinds with vectorised
-``pyarrow.compute`` checks (:class:`csv_types.Inference`); no block is kept, so memory does not
-grow with the file. The header is found by a first reader that parses one block only.
-Files are inferred by a small thread pool (the parser and the compute kernels release the
-GIL), and the results are returned in file order, so the plan does not depend on timing.
+Each file is streamed once through pyarrow's CSV reader with every column read as bytes (then
+text; a cell that is not UTF-8 counts as null here and is a bad record when read), block by
+block (``_BLOCK`` bytes; larger blocks, up to the record bound, for a file with longer
+records), and each block updates the column kinds with vectorised ``pyarrow.compute`` checks
+(:class:`csv_types.Inference`); no block is kept, so memory does not grow with the file. The
+header is found by a first reader that parses one block only. Files are inferred by a small
+thread pool (the parser and the compute kernels release the GIL), and the results are returned
+in file order, so the plan does not depend on timing.
 """
 
+import io
 import os
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Dict, List, Optional, Sequence, Tuple
@@ -17,11 +20,14 @@ import pyarrow.csv as pacsv
 
 from torchx_datapipes.errors import InputError
 from torchx_datapipes.io.inputs import csv_types as ct
-from torchx_datapipes.io.inputs.base import PlannedFile, open_unit_stream
+from torchx_datapipes.io.inputs.base import DEFAULT_MAX_RECORD, PlannedFile, open_unit_stream, too_large
+from torchx_datapipes.io.inputs.csv_lines import RecordLines, Span, Without
 from torchx_datapipes.io.streams import CorruptError, TruncatedError
 
 _BLOCK = 1 << 20  # pyarrow reads a few blocks ahead: small blocks keep memory flat
-FileKinds = Tuple[List[str], Dict[str, str]]  # columns in file order, kind per column
+_MARGIN = 1 << 16  # the largest block holds a record of the bound and its neighbours' bytes
+_STRADDLES = "straddl"  # pyarrow: "straddling object straddles two block boundaries"
+FileKinds = Tuple[List[str], Dict[str, str], int, List[Span]]  # columns, kinds, parser block, records over
 
 
 def _open(fh: Any, delimiter: str, na: Sequence[str], columns: Optional[List[str]], block: int) -> Any:
@@ -29,7 +35,7 @@ def _open(fh: Any, delimiter: str, na: Sequence[str], columns: Optional[List[str
         null_values=list(na),
         strings_can_be_null=True,
         quoted_strings_can_be_null=True,
-        column_types={c: pa.string() for c in columns} if columns else None,
+        column_types={c: pa.binary() for c in columns} if columns else None,
     )
     try:
         return pacsv.open_csv(
@@ -46,41 +52,129 @@ def _open(fh: Any, delimiter: str, na: Sequence[str], columns: Optional[List[str
         raise
 
 
-def infer_file(path: str, size: int, delimiter: str, na: Sequence[str]) -> FileKinds:
-    """The columns of one CSV file and the kind of each, decided by every cell of the file."""
-    try:
-        return _infer(path, size, delimiter, na)
-    except pa.ArrowInvalid as e:
-        raise InputError(f"{path}: cannot parse as CSV ({e}); check --delimiter, or pass --format") from e
-    except (TruncatedError, CorruptError) as e:
+def blocks(max_record: int) -> List[int]:
+    """The parser block sizes to try, smallest first: a block must hold the longest record.
+
+    ``_BLOCK`` keeps memory flat for ordinary files; a file with a longer record (a 6 MiB quoted
+    field) is parsed again with blocks 8x larger, up to the record bound (``--max_record_mb``).
+    """
+    cap = max_record + _MARGIN
+    out = [min(_BLOCK, cap)]
+    while out[-1] < cap:
+        out.append(min(out[-1] * 8, cap))
+    return out
+
+
+def without(fh: Any, spans: Sequence[Span]) -> Any:
+    """``fh`` without the records over the bound (each replaced by its newlines), or ``fh``."""
+    return io.BufferedReader(Without(fh, spans), buffer_size=1 << 20) if spans else fh
+
+
+def _close(reader: Any) -> None:
+    if reader is not None:
+        reader.close()
+
+
+def infer_file(
+    path: str, size: int, delimiter: str, na: Sequence[str], max_record: int = DEFAULT_MAX_RECORD
+) -> FileKinds:
+    """The columns of one CSV file, the kind of each (decided by every cell), the parser block and
+    the records over the bound (left out of parsing; each is a bad record when read)."""
+    sizes = blocks(max_record)
+    spans: Optional[List[Span]] = None  # found by streaming once a record is seen over the bound
+    i = 0
+    while True:
+        block = sizes[i]
+        try:
+            names, kinds, longest = _infer(path, size, delimiter, na, block, spans or [])
+        except pa.ArrowInvalid as e:
+            if _STRADDLES not in str(e):
+                raise InputError(parse_error(path, e)) from e
+            if i + 1 < len(sizes):
+                i += 1  # a record longer than the block: parse again with larger blocks
+                continue
+            if spans is not None:  # the parser and the record scanner disagree: name the file
+                raise InputError(
+                    f"{path}: " + too_large("a CSV record", max_record + 1, max_record, True)
+                ) from e
+            spans = over_bound(path, size, delimiter, max_record)
+            continue
+        except (TruncatedError, CorruptError) as e:
+            raise InputError(
+                f"{path}: {e} (column types are inferred over the whole file when planning); re-fetch"
+                " or recompress the file (check it with gzip -t / zstd -t / xz -t / bzip2 -t)"
+            ) from e
+        if longest > max_record and spans is None:  # the parser takes up to two blocks: the bound is ours
+            spans = over_bound(path, size, delimiter, max_record)
+            continue
+        return names, kinds, block, spans or []
+
+
+def over_bound(path: str, size: int, delimiter: str, max_record: int) -> List[Span]:
+    """The records over the bound, streaming the file once (numpy, bounded memory); not the header."""
+    lines = RecordLines(delimiter, limit=max_record)
+    with open_unit_stream(path, size) as (fh, _):
+        while True:
+            chunk = fh.read(_BLOCK)
+            if not chunk:
+                lines.finish()
+                break
+            lines.feed(chunk)
+    if lines.spans and lines.spans[0][0] == 1:
         raise InputError(
-            f"{path}: {e} (column types are inferred over the whole file when planning); re-fetch"
-            " or recompress the file (check it with gzip -t / zstd -t / xz -t / bzip2 -t)"
-        ) from e
+            f"{path}, line 1: "
+            + too_large("the CSV header", lines.spans[0][4], max_record)
+            + "; a file without its header cannot be read"
+        )
+    return lines.spans
 
 
-def _infer(path: str, size: int, delimiter: str, na: Sequence[str]) -> FileKinds:
+def parse_error(path: str, e: Exception) -> str:
+    """The message of a file pyarrow cannot parse: an encoding problem, or the delimiter or format."""
+    if "UTF8" in str(e) or "UTF-8" in str(e):
+        return (
+            f"{path}: cannot parse as CSV ({e}): the header is not UTF-8 text (the file is in another"
+            " encoding, e.g. latin-1); convert the file to UTF-8, e.g. iconv -f latin1 -t utf-8"
+        )
+    return f"{path}: cannot parse as CSV ({e}); check --delimiter, or pass --format"
+
+
+def _infer(
+    path: str, size: int, delimiter: str, na: Sequence[str], block: int, spans: Sequence[Span]
+) -> Tuple[List[str], Dict[str, str], int]:
+    """Columns, their kinds, and the bytes of the longest row's cells (checked against the bound)."""
     with open_unit_stream(path, size) as (fh, _):
-        head = _open(fh, delimiter, na, None, 1 << 20)
+        head = _open(without(fh, spans), delimiter, na, None, block)
         names: List[str] = list(head.schema.names) if head is not None else []
+        _close(head)
     if not names:
-        return [], {}
+        return [], {}, 0
     inf = ct.Inference()
+    longest = 0
     with open_unit_stream(path, size) as (fh, _):
-        reader = _open(fh, delimiter, na, names, _BLOCK)
-        for batch in reader:
-            inf.update(batch)
-    return names, {c: inf.kinds.get(c, "null") for c in names}
+        reader = _open(without(fh, spans), delimiter, na, names, block)
+        try:
+            for batch in reader:
+                longest = max(longest, ct.longest_row(batch))
+                text, _bad = ct.to_text(batch)  # a cell that is not UTF-8 is a bad record when read
+                inf.update(text)
+        finally:
+            _close(reader)  # now, not at exit: the parser's reading thread calls back into Python
+    return names, {c: inf.kinds.get(c, "null") for c in names}, longest
 
 
 def infer_files(
-    files: Sequence[PlannedFile], delimiters: Sequence[str], na: Sequence[str], threads: int = 0
+    files: Sequence[PlannedFile],
+    delimiters: Sequence[str],
+    na: Sequence[str],
+    threads: int = 0,
+    max_record: int = DEFAULT_MAX_RECORD,
 ) -> List[FileKinds]:
     """:func:`infer_file` for each file, ``threads`` at a time (0: the CPU count), in file order."""
     jobs = list(zip(files, delimiters, strict=True))
     n = max(1, min(len(jobs), threads or os.cpu_count() or 1))
     if n == 1:
-        return [infer_file(f[0], f[1], d, na) for f, d in jobs]
+        return [infer_file(f[0], f[1], d, na, max_record) for f, d in jobs]
     with ThreadPoolExecutor(n, thread_name_prefix="csv-infer") as pool:
-        futures = [pool.submit(infer_file, f[0], f[1], d, na) for f, d in jobs]
+        futures = [pool.submit(infer_file, f[0], f[1], d, na, max_record) for f, d in jobs]
         return [fut.result() for fut in futures]

@@ -11,19 +11,25 @@ order) or nothing (an empty line, skipped).
 
 import io
 from collections import deque
-from typing import Any, Deque, List, Tuple
+from typing import Any, Deque, List, Sequence, Tuple
 
 import numpy as np
 import numpy.typing as npt
 
 _QUOTE, _NL, _CR = 34, 10, 13
+_BOM = b"\xef\xbb\xbf"
+_SKIP = 1 << 20
 Record = Tuple[int, int, bool]  # (first line, fields, blank)
+Span = Tuple[int, int, int, int, int]  # a record over the bound: first line, start, end, newlines, bytes
 IntArray = npt.NDArray[np.int64]
 
 
 class RecordLines:
-    def __init__(self, delimiter: str) -> None:
+    def __init__(self, delimiter: str, limit: int = 0) -> None:
         self.delim = ord(delimiter)
+        self.limit = limit  # > 0: note every record longer than this many bytes in ``spans``
+        self.spans: List[Span] = []  # (first line, start, end, newlines, bytes) of each, in order
+        self.offset = 0  # bytes fed so far
         self.quotes = 0  # parity of the quotes seen so far
         self.newlines = 0  # newlines seen so far, quoted ones included
         self.line = 1  # first line of the record being read
@@ -60,6 +66,13 @@ class RecordLines:
             before = np.where(ends > 0, a[np.maximum(ends - 1, 0)], self.last)
             blank = (raw_len == 0) | ((raw_len == 1) & (before == _CR))
             tail_from = int(ends[-1]) + 1
+            if self.limit and int(raw_len.max()) > self.limit:
+                for i in np.flatnonzero(raw_len > self.limit).tolist():
+                    first = self.line if i == 0 else self.newlines + int(end_idx[i - 1]) + 2
+                    last = self.newlines + int(end_idx[i]) + 1
+                    end = self.offset + int(ends[i]) + 1  # past its newline
+                    size = int(raw_len[i])
+                    self.spans.append((first, end - 1 - size, end, last - first + 1, size))
             fields, tail = self._fields_of(a, q, unquoted, starts, ends, tail_from)
             fields[0] += self.fields - 1
             lines = np.concatenate(([self.line], self.newlines + end_idx[:-1] + 2))
@@ -74,6 +87,7 @@ class RecordLines:
         self.newlines += len(nl)
         self.quotes = (self.quotes + len(q)) & 1
         self.last = int(a[-1])
+        self.offset += len(a)
 
     def _fields_of(
         self, a: Any, q: IntArray, unquoted: bool, starts: IntArray, ends: IntArray, tail_from: int
@@ -119,6 +133,9 @@ class RecordLines:
         self._pos = 0
 
     def finish(self) -> None:
+        if self.limit and self.pending > self.limit:  # the last record, without a newline
+            inside = self.newlines - (self.line - 1)
+            self.spans.append((self.line, self.offset - self.pending, self.offset, inside, self.pending))
         blank = self.pending == 0 or (self.pending == 1 and self.last == _CR)
         if not blank or self.fields > 1:
             self._append([self.line], [self.fields], [False])
@@ -161,7 +178,7 @@ class Tee(io.RawIOBase):
 
     def __init__(self, stream: Any, lines: RecordLines) -> None:
         super().__init__()
-        self.stream, self.lines, self.done = stream, lines, False
+        self.stream, self.lines, self.done, self.first = stream, lines, False, True
 
     def readable(self) -> bool:
         return True
@@ -175,5 +192,47 @@ class Tee(io.RawIOBase):
                 self.done = True
             return 0
         buf[:n] = data
-        self.lines.feed(bytes(data))
+        seen = bytes(data)
+        if self.first:  # the parser skips a UTF-8 BOM: so do the record lines (a BOM-only file is empty)
+            self.first = False
+            seen = seen[len(_BOM) :] if seen.startswith(_BOM) else seen
+        self.lines.feed(seen)
         return n
+
+
+class Without(io.RawIOBase):
+    """``stream`` without the records ``spans`` (over the record bound), each replaced by its newlines.
+
+    The parser never sees those bytes (they are skipped in bounded reads), and the newlines keep
+    every later record on its file line (the parser and :class:`RecordLines` skip blank lines).
+    """
+
+    def __init__(self, stream: Any, spans: Sequence[Span]) -> None:
+        super().__init__()
+        self.stream, self.spans, self.pos, self.i, self.fill = stream, list(spans), 0, 0, 0
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buf: Any) -> int:
+        n = len(buf)
+        while True:
+            if self.fill:
+                k = min(self.fill, n)
+                buf[:k] = b"\n" * k
+                self.fill -= k
+                return k
+            nxt = self.spans[self.i] if self.i < len(self.spans) else None
+            if nxt is not None and self.pos >= nxt[1]:
+                while self.pos < nxt[2]:  # skip the record, a piece at a time
+                    skipped = len(self.stream.read(min(_SKIP, nxt[2] - self.pos)))
+                    if not skipped:
+                        break
+                    self.pos += skipped
+                self.fill, self.i = nxt[3], self.i + 1
+                continue
+            want = n if nxt is None else min(n, nxt[1] - self.pos)
+            data = self.stream.read(want)
+            buf[: len(data)] = data
+            self.pos += len(data)
+            return len(data)

@@ -125,3 +125,64 @@ def cast_column(col: pa.Array, kind: str) -> Tuple[pa.Array, Optional[List[int]]
 
 def describe_value(v: Any) -> str:
     return repr(v) if len(repr(v)) < 200 else repr(v)[:200] + "..."
+
+
+NotText = Dict[int, Tuple[str, bytes]]  # row -> (column, the cell's bytes) of cells that are not UTF-8
+
+
+def to_text(batch: pa.RecordBatch) -> Tuple[pa.RecordBatch, NotText]:
+    """``batch`` with every column as strings; a cell that is not UTF-8 becomes null and is reported.
+
+    The parser reads cells as bytes, so that one cell in another encoding (a latin-1 ``é``) is one
+    bad row, not a failure of the whole file; the cast to text checks UTF-8 (one pass, no copy).
+    """
+    cols: List[pa.Array] = []
+    bad: NotText = {}
+    for name, col in zip(batch.schema.names, batch.columns):
+        if pa.types.is_string(col.type):
+            cols.append(col)
+            continue
+        try:
+            cols.append(col.cast(pa.string()))
+            continue
+        except pa.ArrowInvalid:
+            if not pa.types.is_binary(col.type):
+                raise
+        wrong: List[bool] = []
+        for i, v in enumerate(col.to_pylist()):
+            ok = True
+            if v is not None:
+                try:
+                    v.decode("utf-8")
+                except UnicodeDecodeError:
+                    ok = False
+                    bad.setdefault(i, (name, v))
+            wrong.append(not ok)
+        cols.append(pc.if_else(pa.array(wrong), pa.scalar(None, pa.binary()), col).cast(pa.string()))
+    return pa.RecordBatch.from_arrays(cols, names=batch.schema.names), bad
+
+
+def not_text_error(name: str, value: bytes) -> str:
+    """The error of a cell that is not UTF-8: the column, the bytes, and the fix."""
+    at = 0
+    try:
+        value.decode("utf-8")
+    except UnicodeDecodeError as e:
+        at = e.start
+    shown = describe_value(value[max(0, at - 20) : at + 20])
+    return (
+        f"column {name!r}: not UTF-8 text (byte 0x{value[at]:02x} at offset {at} of the cell, in {shown});"
+        " the file is in another encoding (e.g. latin-1): convert it to UTF-8, e.g."
+        " iconv -f latin1 -t utf-8 IN.csv > OUT.csv"
+    )
+
+
+def longest_row(batch: pa.RecordBatch) -> int:
+    """The bytes of the longest row's cells (null cells count 0)."""
+    if not batch.num_rows or not batch.num_columns:
+        return 0
+    total = None
+    for col in batch.columns:
+        n = pc.fill_null(pc.binary_length(col), 0)
+        total = n if total is None else pc.add(total, n)
+    return int(pc.max(total).as_py() or 0)

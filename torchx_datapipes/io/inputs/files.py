@@ -15,7 +15,14 @@ from typing import TYPE_CHECKING, Any, List, Sequence, Tuple
 import fsspec
 
 from torchx_datapipes.io.fs import is_plain_local
-from torchx_datapipes.io.inputs.base import Batches, InputFormat, PlannedFile, ReadOptions, check_unchanged
+from torchx_datapipes.io.inputs.base import (
+    Batches,
+    InputFormat,
+    PlannedFile,
+    ReadOptions,
+    check_unchanged,
+    too_large,
+)
 from torchx_datapipes.io.inputs.unit import Unit
 
 if TYPE_CHECKING:
@@ -84,6 +91,11 @@ class FilesFormat(InputFormat):
         rows: List[int] = []
         done = 0
         for i, (path, size, _) in enumerate(self._files(reader.unit), 1):
+            if size > reader.max_record:  # not read at all: memory stays bounded by the record bound
+                done += size
+                reader.bytes_done = reader.bytes_read = done
+                reader.add_bad(i, too_large("the file", size, reader.max_record), path)
+                continue
             with open(path, "rb") if is_plain_local(path) else fsspec.open(path, "rb") as fh:
                 data = fh.read(size)  # no byte past the planned size
             done += len(data)

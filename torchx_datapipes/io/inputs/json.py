@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any, List, Sequence
 import orjson
 
 from torchx_datapipes.errors import InputError
-from torchx_datapipes.io.bigints import loads_exact, may_hold_big_int
+from torchx_datapipes.io.bigints import TooDeep, loads_exact, may_hold_big_int
 from torchx_datapipes.io.inputs.base import (
     BOM,
     Batches,
@@ -18,6 +18,7 @@ from torchx_datapipes.io.inputs.base import (
     PlannedFile,
     ReadOptions,
     open_unit_stream,
+    too_large,
 )
 from torchx_datapipes.io.inputs.lines import JsonLinesFormat, json_type, show
 from torchx_datapipes.io.inputs.unit import Unit
@@ -27,6 +28,7 @@ if TYPE_CHECKING:
     from torchx_datapipes.io.formats import UnitReader
 
 _PEEK = 1 << 16
+_DRAIN = 1 << 22
 
 
 def _is_json_lines(path: str, size: int) -> bool:
@@ -61,19 +63,33 @@ class JsonFormat(InputFormat):
 
     def read(self, reader: "UnitReader") -> Batches:
         u = reader.unit
+        limit = reader.max_record
         with open_unit_stream(u.path, u.size) as (fh, raw):
             try:
-                data = fh.read()
+                data = fh.read(limit + len(BOM) + 1)  # never more than the record bound (and a BOM)
+                size = len(data)
+                while size > limit + len(BOM):  # over the bound: stream past the rest to measure it
+                    more = len(fh.read(_DRAIN))
+                    if not more:
+                        break
+                    size += more
             except (TruncatedError, CorruptError) as e:
                 reader.cut(e, 0, raw.consumed)
                 return
             reader.bytes_read = raw.consumed
         reader.bytes_done = u.nbytes
+        if size - (len(BOM) if data.startswith(BOM) else 0) > limit:
+            what = "the JSON document (a .json array or object is one record while read)"
+            err = too_large(what, size, limit) + "; or convert the file to JSON Lines (one record per line)"
+            reader.add_bad(1, err, show(data[:2000]) + " ...")
+            return
         data = data[len(BOM) :] if data.startswith(BOM) else data
         if not data.strip():
             return
         try:
             doc: Any = loads_exact(data) if may_hold_big_int(data) else orjson.loads(data)
+        except TooDeep as e:
+            raise InputError(f"{u.path}: {e}") from e
         except (orjson.JSONDecodeError, ValueError, UnicodeDecodeError) as e:
             raise InputError(
                 f"{u.path}: not a JSON document ({type(e).__name__}: {e}); a .json file must hold a"

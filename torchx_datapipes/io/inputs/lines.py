@@ -4,18 +4,20 @@ Uncompressed files are cut into line-aligned byte ranges; a line belongs to the 
 first byte is in. Line numbers are unit-local while reading and mapped to the file's on error.
 """
 
-from typing import IO, TYPE_CHECKING, Any, Iterator, List, Optional, Tuple
+from dataclasses import dataclass
+from typing import IO, TYPE_CHECKING, Any, Iterator, List, Optional, Tuple, Union
 
 import orjson
 
-from torchx_datapipes.io.bigints import loads_exact, may_hold_big_int
-from torchx_datapipes.io.inputs.base import BOM, Batches, InputFormat, open_unit_stream
+from torchx_datapipes.io.bigints import TooDeep, loads_exact, may_hold_big_int
+from torchx_datapipes.io.inputs.base import BOM, Batches, InputFormat, open_unit_stream, too_large
 from torchx_datapipes.io.streams import CorruptError, TruncatedError
 
 if TYPE_CHECKING:
     from torchx_datapipes.io.formats import UnitReader
 
 _CHUNK = 1 << 22
+_HEAD = 2000  # bytes of a line over the record bound kept for its error
 
 
 class NotAnObject(ValueError):
@@ -68,37 +70,116 @@ class TextFormat(_LineFormat):
     jsonl = False
 
 
-def _raw_chunks(r: "UnitReader", fh: IO[bytes], raw: Any) -> Iterator[Tuple[int, List[bytes], bool]]:
-    """Yield ``(number of the first line, lines, may hold big ints)`` for lines starting in the unit."""
-    start, end = r.unit.start, r.unit.end
+@dataclass
+class _Long:
+    """A line over the record bound, skipped by streaming: its number, size and first bytes."""
+
+    line: int
+    size: int
+    head: bytes
+
+
+Chunk = Union[Tuple[int, List[bytes], bool], _Long]
+
+
+def _skip_line(fh: IO[bytes]) -> None:
+    """Read past the rest of the current line in bounded pieces (a line may be gigabytes long)."""
+    while True:
+        piece = fh.readline(_CHUNK)
+        if not piece or piece.endswith(b"\n"):
+            return
+
+
+def _split_long(first: int, parts: List[bytes], big: bool, limit: int) -> Iterator[Chunk]:
+    """``parts`` as chunks, the lines over ``limit`` bytes among them as :class:`_Long`."""
+    longs = [i for i, p in enumerate(parts) if len(p) > limit]
+    done = 0
+    for i in longs:
+        if i > done:
+            yield first + done, parts[done:i], big
+        yield _Long(first + i, len(parts[i]), parts[i][:_HEAD])
+        done = i + 1
+    if done < len(parts):
+        yield first + done, parts[done:], big
+
+
+def _raw_chunks(r: "UnitReader", fh: IO[bytes], raw: Any) -> Iterator[Chunk]:
+    """Yield ``(number of the first line, lines, may hold big ints)`` for lines starting in the unit.
+
+    A line over the record bound (``r.max_record``) is yielded as a :class:`_Long` instead, and
+    the rest of it is skipped by streaming. The start of an unfinished line is kept as a list of
+    chunks, joined once when its newline comes (never re-copied per chunk), so at most about
+    twice the bound plus a read chunk is held, whatever the line's length.
+    """
+    start, end, limit = r.unit.start, r.unit.end, r.max_record
     if start > 0:
         fh.seek(start - 1)
-        fh.readline()  # the line that began before our range belongs to the previous unit
+        _skip_line(fh)  # the line that began before our range belongs to the previous unit
         r._first_line_pos = fh.tell()
     pos = r._first_line_pos
     lineno = 1
-    tail = b""
+    pending: List[bytes] = []  # the unfinished line so far (no newline in it)
+    held = 0  # its bytes
+    long: Optional[_Long] = None  # the line over the bound being skipped
+    finishing = False  # past our end: reading the rest of the line that straddles it
     while True:
-        want = _CHUNK if end < 0 else min(_CHUNK, end - pos)
+        want = _CHUNK if end < 0 or finishing else min(_CHUNK, end - pos)
         try:
-            chunk = fh.read(want) if want > 0 else b""
+            chunk = (fh.readline(_CHUNK) if finishing else fh.read(want)) if want > 0 else b""
         except (TruncatedError, CorruptError) as e:
             r.cut(e, lineno - 1, raw.consumed)
             return  # the cut-off tail is part of what was lost
         if not chunk:
-            if end >= 0 and tail:
-                tail += fh.readline()  # finish the line that straddles our end
+            if end >= 0 and not finishing and (pending or long is not None):
+                finishing = True  # finish the line that straddles our end
+                continue
             break
         if pos == 0 and chunk.startswith(BOM):
             chunk = chunk[len(BOM) :]
-        pos += len(chunk)
-        r.bytes_done = pos - start
-        buf = tail + chunk
+        if not finishing:
+            pos += len(chunk)
+            r.bytes_done = pos - start
+        if long is not None:
+            nl = chunk.find(b"\n")
+            if nl < 0:
+                long.size += len(chunk)
+                continue
+            long.size += nl
+            yield long
+            lineno, long, chunk = lineno + 1, None, chunk[nl + 1 :]
+            if finishing:
+                break
+        if chunk.find(b"\n") < 0:  # the line goes on: hold the chunk, unless the line is over the bound
+            if chunk:
+                pending.append(chunk)
+                held += len(chunk)
+            if held > limit:
+                long = _Long(lineno, held, b"".join(pending[:2])[:_HEAD])
+                pending, held = [], 0
+            continue
+        pending.append(chunk)
+        buf = pending[0] if len(pending) == 1 else b"".join(pending)
+        pending, held = [], 0
+        big = may_hold_big_int(buf)
         parts = buf.split(b"\n")
         tail = parts.pop()
-        yield lineno, parts, may_hold_big_int(buf)
+        if len(buf) > limit:
+            del buf
+            yield from _split_long(lineno, parts, big, limit)
+        else:
+            del buf
+            yield lineno, parts, big
         lineno += len(parts)
-    if tail:
+        if len(tail) > limit:
+            long = _Long(lineno, len(tail), tail[:_HEAD])
+        elif tail:
+            pending, held = [tail], len(tail)
+        if finishing and not pending and long is None:
+            break
+    if long is not None:
+        yield long
+    elif pending:
+        tail = b"".join(pending)
         yield lineno, [tail.rstrip(b"\n")], may_hold_big_int(tail)
     r.bytes_done = r.unit.nbytes
 
@@ -125,7 +206,14 @@ def _lines(r: "UnitReader", jsonl: bool) -> Batches:
     lines: Optional[List[int]] = None
     base = 0
     with open_unit_stream(r.unit.path, r.unit.size, buffered=False) as (fh, raw_fh):
-        for first, chunk, big in _raw_chunks(r, fh, raw_fh):
+        for item in _raw_chunks(r, fh, raw_fh):
+            if item.__class__ is _Long:
+                assert isinstance(item, _Long)
+                r.add_bad(item.line, too_large("the line", item.size, r.max_record), show(item.head) + " ...")
+                if recs and lines is None:
+                    lines = list(range(base, base + len(recs)))
+                continue
+            first, chunk, big = item  # type: ignore[misc]
             big = big and jsonl
             for lineno, raw in enumerate(chunk, first):
                 try:
@@ -134,11 +222,11 @@ def _lines(r: "UnitReader", jsonl: bool) -> Batches:
                         rec = loads_exact(raw)
                     if objects_only and rec.__class__ is not dict:
                         raise NotAnObject(f"expected a JSON object per line, got {json_type(rec)}")
-                except (orjson.JSONDecodeError, UnicodeDecodeError, _Blank, NotAnObject) as e:
+                except (orjson.JSONDecodeError, UnicodeDecodeError, _Blank, NotAnObject, TooDeep) as e:
                     if not raw or raw.isspace():
                         r.blank += 1
                     else:
-                        err = str(e) if isinstance(e, NotAnObject) else f"{type(e).__name__}: {e}"
+                        err = str(e) if isinstance(e, (NotAnObject, TooDeep)) else f"{type(e).__name__}: {e}"
                         r.add_bad(lineno, err, show(raw))
                     if recs and lines is None:
                         lines = list(range(base, base + len(recs)))

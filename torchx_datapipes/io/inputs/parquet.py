@@ -79,10 +79,43 @@ class ParquetFormat(InputFormat):
 
     @staticmethod
     def _batches(reader: "UnitReader", rows: int) -> ArrowBatches:
+        import pyarrow as pa
+
         rg = reader.unit.row_group
         with open_parquet(reader.unit.path) as pf:
-            row = sum(pf.metadata.row_group(i).num_rows for i in range(rg))
-            for batch in pf.iter_batches(row_groups=[rg], batch_size=rows):
-                yield batch, range(row + 1, row + 1 + batch.num_rows)
-                row += batch.num_rows
+            first = sum(pf.metadata.row_group(i).num_rows for i in range(rg))
+            row = first
+            try:
+                for batch in pf.iter_batches(row_groups=[rg], batch_size=rows):
+                    yield batch, range(row + 1, row + 1 + batch.num_rows)
+                    row += batch.num_rows
+            except (OSError, pa.ArrowInvalid) as e:
+                _damaged(reader, pf, rg, first, row, e)
         reader.bytes_done = reader.bytes_read = reader.unit.nbytes
+
+
+def _damaged(reader: "UnitReader", pf: Any, rg: int, first: int, row: int, e: Exception) -> None:
+    """A row group that cannot be decoded (a corrupt page): a bad unit naming the row group and column."""
+    meta = pf.metadata.row_group(rg)
+    columns = _failing_columns(pf, rg)
+    where = f"column {', '.join(map(repr, columns))} of " if columns else ""
+    error = (
+        f"{where}row group {rg} (rows {first + 1}..{first + meta.num_rows}) cannot be decoded:"
+        f" {type(e).__name__}: {' '.join(str(e).split())} (the file is damaged: a corrupt or truncated page)"
+    )
+    fix = "re-fetch the file or write it again from its source (check it with pyarrow.parquet.read_table)"
+    lost = sum(int(meta.column(i).total_compressed_size) for i in range(meta.num_columns))
+    reader.damaged(row, error, lost, fix)
+
+
+def _failing_columns(pf: Any, rg: int) -> List[str]:
+    """The columns of row group ``rg`` that fail to decode alone (on error only: one read per column)."""
+    import pyarrow as pa
+
+    bad = []
+    for name in pf.schema_arrow.names:
+        try:
+            pf.read_row_group(rg, columns=[name])
+        except (OSError, pa.ArrowInvalid):
+            bad.append(name)
+    return bad

@@ -4,20 +4,23 @@ One record per sample, ``{"__key__": key, "<field>": value, ...}``, grouped as t
 ``webdataset`` package groups them (``tariterators.base_plus_ext``/``group_by_keys``): the key
 is the member path up to the first dot of its basename, the extension is the rest, lower-cased;
 consecutive members with the same key form one sample; non-regular members and
-``__meta__``-style names are skipped. Members are decoded by the codec our WebDataset output and
-``OutputDataset`` share (io/wdscodec.py), so a shard of ours reads back as it was written:
-``.npy`` as a tensor and ``.json`` as its value (the field named without those extensions),
-``.txt``/``.text`` as str, ``.cls``/``.id``/``.index`` as int, anything else (``.jpg``, ``.wav``,
-...) as bytes. A sample with the same field twice is a bad record.
+``__meta__``-style names are skipped (symlink and hardlink members are counted as
+``skipped_members`` in the manifest and logged). Members are decoded by the codec our WebDataset
+output and ``OutputDataset`` share (io/wdscodec.py), so a shard of ours reads back as it was
+written: ``.npy`` as a tensor and ``.json`` as its value (the field named without those
+extensions), ``.txt``/``.text`` as str, ``.cls``/``.id``/``.index`` as int, anything else
+(``.jpg``, ``.wav``, ...) as bytes. A sample with the same field twice is a bad record. A member
+over the record bound (``--max_record_mb``) is not extracted: its sample is a bad record.
 The location of a record (``line`` in errors) is the sample's number in the shard, 1-based; its
 member names are the error's ``members`` (and are in the raise message).
 """
 
 import re
+import sys
 import tarfile
 from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
 
-from torchx_datapipes.io.inputs.base import Batches, InputFormat, open_unit_stream
+from torchx_datapipes.io.inputs.base import Batches, InputFormat, open_unit_stream, too_large
 from torchx_datapipes.io.streams import CorruptError, TruncatedError
 from torchx_datapipes.io.wdscodec import decode, kind, member_field
 
@@ -52,6 +55,7 @@ class WebDatasetFormat(InputFormat):
         sample: Optional[Dict[str, Any]] = None
         members: List[str] = []
         bad: Optional[str] = None
+        links: List[str] = []  # symlink and hardlink members: skipped, counted and logged
         n = 0
 
         def flush() -> None:
@@ -71,12 +75,20 @@ class WebDatasetFormat(InputFormat):
             try:
                 with tarfile.open(fileobj=fh, mode="r|*") as tar:
                     for info in tar:
+                        if info.issym() or info.islnk():
+                            links.append(info.name)
+                            continue
                         if not info.isreg() or _META.match(info.name):
                             continue
                         key, ext = split_name(info.name)
                         if key is None or ext is None:
                             continue
-                        data = tar.extractfile(info).read()  # type: ignore[union-attr]
+                        over: Optional[str] = None
+                        if info.size > reader.max_record:  # not extracted: the stream skips past it
+                            data = b""
+                            over = too_large(f"the member {info.name!r}", info.size, reader.max_record)
+                        else:
+                            data = tar.extractfile(info).read()  # type: ignore[union-attr]
                         if sample is None or key != sample["__key__"]:
                             flush()
                             if len(recs) >= reader.batch_size:
@@ -86,6 +98,8 @@ class WebDatasetFormat(InputFormat):
                         field = member_field(ext)
                         if field in sample and bad is None:
                             bad = f"sample {key!r} has the member {info.name!r} twice (field {field!r})"
+                        if over is not None and bad is None:
+                            bad = over
                         if bad is None:
                             try:
                                 sample[field] = decode(ext, data)
@@ -98,5 +112,16 @@ class WebDatasetFormat(InputFormat):
                 reader.cut(TruncatedError(str(e)) if not isinstance(e, CorruptError) else e, n, raw.consumed)
             reader.bytes_read = raw.consumed
         reader.bytes_done = u.nbytes
+        if links:
+            reader.skipped_members += len(links)
+            shown = ", ".join(repr(x) for x in links[:5]) + (
+                f" and {len(links) - 5} more" if len(links) > 5 else ""
+            )
+            print(
+                f"{u.path}: skipped {len(links)} link member(s) (symlink or hardlink: a sample is made of"
+                f" regular files only; counted as skipped_members in the manifest): {shown}",
+                file=sys.stderr,
+                flush=True,
+            )
         if recs:
             yield recs, rows
