@@ -339,12 +339,13 @@ def validate(
     artifact_store: Optional[str] = None,
     backend: str = "cloudpickle",
     unit_mb: float = 64.0,
+    max_record_mb: float = 64.0,
     name: str = "/validate",
     image: str = torchx.IMAGE,
     h: Optional[str] = None,
     cpu: int = 2,
     gpu: int = 0,
-    memMB: int = 1024,
+    memMB: int = 0,
     j: str = "1x2",
     env: Optional[Dict[str, str]] = None,
     mounts: Optional[List[str]] = None,
@@ -360,8 +361,9 @@ def validate(
     see docs/validate.md.
 
     Args:
-        input: input files: a path, a glob such as 'data/*.jsonl', a directory, or several separated by
-            commas; local, s3:// or any fsspec URL
+        input: input files: a path, a glob such as 'data/*.jsonl', a directory, or several separated by commas
+            (write a comma inside a name as \\,); an existing path is read as it is written even if it holds
+            glob characters ([x].jsonl); local, s3:// or any fsspec URL
         output: output directory: stats.json, anomalies.json and report.html
         schema: the schema (JSON) to check every record against; make one with python -m
             torchx_datapipes.schema infer STATS_OUT -o schema.json
@@ -381,16 +383,19 @@ def validate(
         max_error_rate: with on_error=skip, fail the job when bad records / input records exceeds this (in [0,
             1], default 0.1)
         max_restarts: torchrun restarts of failed ranks; restarted ranks skip committed units
-        overwrite: replace an output that already has _SUCCESS: true/false (also 1/0, yes/no)
+        overwrite: replace an output that already has _SUCCESS: true/false (also 1/0, yes/no); deletes only
+            what this product wrote, and a directory holding anything else is refused
         artifact_store: where the client uploads the fn artifact (s3://... for clusters)
         backend: how fn is shipped: cloudpickle, torch.package or module
         unit_mb: target size in MB of a unit of work
+        max_record_mb: the largest input record in MiB (default 64): a longer line, CSV row, JSON document,
+            tar member or file is a bad record naming its file, line and size (memory stays bounded by it)
         name: job name, {experimentname}/{runname}
         image: image (e.g. docker) for non-local schedulers
         h: a registered named resource (takes precedence over cpu, gpu, memMB)
         cpu: number of cpus per replica
         gpu: number of gpus per replica
-        memMB: cpu memory in MB per replica
+        memMB: cpu memory in MB per replica (node); 0: sized from -j and --num_workers (see docs/cluster.md)
         j: [{min_nnodes}:]{nnodes}x{nproc_per_node}: nodes and ranks per node
         env: environment variables for the job (e.g. ENV1=v1,ENV2=v2)
         mounts: mounts for the job's containers (type=<bind/volume>,src=/host,dst=/job[,readonly])
