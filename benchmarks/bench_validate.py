@@ -235,7 +235,7 @@ def run_size(rows: int, args: argparse.Namespace, kind: Optional[str], floor: Be
 def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--rows", type=int, action="append", help=f"table size(s); default {SIZES}")
-    p.add_argument("--workdir", default=str(REPO_ROOT / ".bench" / "validate"))
+    p.add_argument("--workdir", default=str(REPO_ROOT / "bench-data" / "validate"))
     ref_help = "python of a venv with tensorflow_data_validation or evidently ('none': skip)"
     p.add_argument("--ref-python", default=os.environ.get("BENCH_REF_PYTHON", ""), help=ref_help)
     p.add_argument("--json", help="write the results here")
