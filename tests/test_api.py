@@ -19,10 +19,10 @@ def test_python_values_become_cli_strings(tmp_path: Path, monkeypatch: pytest.Mo
     here = os.getcwd()  # relative local paths are made absolute on the client (issue 13, section 4)
     assert f"--input {here}/data/part-0.jsonl,{here}/data/part-1.jsonl" in cmd
     assert "--fractions train=0.75,val=0.25" in cmd and "--key id,label" in cmd
-    cmd = (
-        api.stats(input="data/*.jsonl", output="s", fields=["x", "y"], quantiles=[0.5, 0.9]).roles[0].args[-1]
-    )
-    assert "--fields x,y" in cmd and "--quantiles 0.5,0.9" in cmd
+    # fields the input has: a name it lacks is refused before launch (issue 22)
+    app = api.stats(input="data/*.jsonl", output="s", fields=["x", "label"], quantiles=[0.5, 0.9])
+    cmd = app.roles[0].args[-1]
+    assert "--fields x,label" in cmd and "--quantiles 0.5,0.9" in cmd
 
 
 def test_live_callable_is_packaged_and_pinned(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -372,7 +372,11 @@ def test_split_resume_redoes_a_damaged_parquet_part(
     first = run_op("split", str(tmp_path / "d"), tmp_path / "o", *args)
     out = tmp_path / "o"
     meta = json.loads((out / "_units/00001.json").read_text())
-    parts = [f["path"] for f in meta["files"] if not f["path"].endswith(".sums")]  # block sums beside them
+    parts = [  # block sums beside them, and the split profile
+        f["path"]
+        for f in meta["files"]
+        if not f["path"].endswith(".sums") and not f["path"].startswith("_units/")
+    ]
     assert parts == ["train/part-00001.parquet", "val/part-00001.parquet"]
     (out / "_SUCCESS").unlink()
     (out / "train/part-00001.parquet").write_bytes(b"PAR1 garbage PAR1")

@@ -26,7 +26,13 @@ def _recipes() -> ModuleType:
     return mod
 
 
-CASES = [(components, "transform"), (components, "split"), (components, "stats"), (_recipes(), "clean_text")]
+CASES = [
+    (components, "transform"),
+    (components, "split"),
+    (components, "stats"),
+    (components, "validate"),
+    (_recipes(), "clean_text"),
+]
 
 
 class _Validator(ComponentTestCase):

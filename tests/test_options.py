@@ -43,8 +43,11 @@ def test_component_signature_and_docstring_follow_the_spec(op: str) -> None:
 
 
 @pytest.mark.parametrize("op", sorted(SPECS))
-def test_runner_parser_is_built_from_the_spec(op: str) -> None:
+def test_runner_parser_is_built_from_the_spec(op: str, tmp_path: Path) -> None:
     required = ["--input", "i", "--output", "o", *(["--artifact", "a.pkl"] if op == "transform" else [])]
+    if op == "validate":  # the schema file is checked when the arguments are
+        (tmp_path / "s.json").write_text('{"fields": {}}')
+        required += ["--schema", str(tmp_path / "s.json")]
     ns = parse_args([op, *required])
     for o in SPECS[op].options:
         assert hasattr(ns, o.name) == o.runner, o.name

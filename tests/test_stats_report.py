@@ -186,6 +186,7 @@ LIST_NAME = "$\\bar{l}$ | <i>list</i>"
 HTML_TAGS = {
     *("html", "head", "meta", "title", "style", "body", "main", "h1", "h2", "h3", "dl", "dt", "dd"),
     *("div", "table", "thead", "tbody", "tr", "th", "td", "a", "section", "span", "figure", "img", "footer"),
+    "wbr",
 }
 MD_MARKUP = set("\\`*_#[]()<>|&!~$")
 

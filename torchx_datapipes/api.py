@@ -148,7 +148,7 @@ def run(
             shutil.rmtree(workspace, ignore_errors=True)
     manifest = read_manifest(output) if output else None
     result = None
-    if output and app.metadata.get(META_OP) == "stats":
+    if output and app.metadata.get(META_OP) in ("stats", "validate"):
         import orjson
 
         result = orjson.loads(read_bytes(join(output, "stats.json")))
@@ -288,3 +288,23 @@ def stats(
     given = _given(j=j, artifact_store=artifact_store, backend=backend)
     args = _optional_fn("stats", fn, {"input": _inputs(input), "output": output, **given, **kwargs})
     return components.stats(**args)
+
+
+def validate(
+    input: Union[str, List[str]],
+    output: str,
+    schema: str,
+    baseline: Optional[str] = None,
+    fail_on: Optional[str] = None,
+    j: Optional[str] = None,
+    **kwargs: Any,
+) -> specs.AppDef:
+    """Build the validate AppDef (docs/validate.md): ``api.run`` raises ``JobFailedError`` listing the
+    anomalies when one reaches ``fail_on``; OUTPUT/anomalies.json and report.html are written either way.
+
+    Arguments not passed come from ``[component:datapipes.validate]`` in ``.torchxconfig``, then
+    from the component's defaults.
+    """
+    given = _given(baseline=baseline, fail_on=fail_on, j=j)
+    given.update(input=input, output=output, schema=schema, **kwargs)
+    return components.validate(**_optional_fn("validate", None, given))

@@ -32,6 +32,7 @@ from torchx_datapipes.cluster import (
 from torchx_datapipes.errors import DatapipesError
 from torchx_datapipes.io.fs import InputFile, check_disjoint, check_io_disjoint, split_patterns
 from torchx_datapipes.io.inputs.planning import check_input_formats
+from torchx_datapipes.io.inputs.registry import encode_spec
 from torchx_datapipes.io.lease import refuse_if_held
 from torchx_datapipes.io.manifest import has_success, success_url
 from torchx_datapipes.io.ownership import check_writable, refuse_foreign
@@ -70,6 +71,12 @@ def build_app(op: str, arguments: Mapping[str, Any]) -> specs.AppDef:
         local = validate_io(values["input"], values["output"], values["overwrite"], where.shares_client_fs)
         if local is not None:  # elsewhere local paths are the job's mounts: the runner checks them
             check_input_formats(values["input"], values["format"], files=local)
+            if values.get("fields") and not values.get("fn"):  # stats --fields: names the input has
+                from torchx_datapipes.stats.fieldcheck import check_local_fields
+
+                fmt = encode_spec(values["format"], values["schema"] or "", values["na_values"],
+                                  values["delimiter"] or "")  # fmt: skip
+                check_local_fields(values["fields"], local, fmt, values["unit_mb"])
         validate_cache(values.get("cache"))
         if values.get("cache"):  # the secret goes to a 0600 file (or stays in the job's env), never on argv
             values["cache"] = public_url(values["cache"], values["artifact_store"] or default_store())

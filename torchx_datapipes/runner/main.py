@@ -23,7 +23,7 @@ from torchx_datapipes.options import SPECS
 from torchx_datapipes.runner.badrecords import OnError
 from torchx_datapipes.runner.engine import Op, RunConfig, run_op
 
-OPS = ("transform", "split", "stats")
+OPS = ("transform", "split", "stats", "validate")
 
 
 def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
@@ -31,7 +31,8 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m torchx_datapipes.runner")
     sub = parser.add_subparsers(dest="op", required=True)
     helps = {"transform": "apply a function to every record", "split": "train/val/test split",
-             "stats": "summary statistics and a report"}  # fmt: skip
+             "stats": "summary statistics and a report",
+             "validate": "check every record against a schema, with statistics"}  # fmt: skip
     for op in OPS:
         SPECS[op].add_arguments(sub.add_parser(op, help=helps[op]))
     args = parser.parse_args(argv)
@@ -50,7 +51,7 @@ def to_config(args: argparse.Namespace) -> RunConfig:
         sha256=_sha256(args),
         format=encode_spec(
             args.format,
-            args.schema or "",
+            _csv_types(args),
             args.na_values,
             args.delimiter or "",
             getattr(args, "header", True),
@@ -67,6 +68,11 @@ def to_config(args: argparse.Namespace) -> RunConfig:
         progress_s=args.progress_s,
         assign=args.assign,
     )
+
+
+def _csv_types(args: argparse.Namespace) -> str:
+    """CSV column types (``--schema`` of transform/split/stats; validate's ``--schema`` is a schema file)."""
+    return "" if args.op == "validate" else (args.schema or "")
 
 
 def _sha256(args: argparse.Namespace) -> Optional[str]:
@@ -105,6 +111,10 @@ def build_op(args: argparse.Namespace, cfg: RunConfig, fn: Optional[Callable[...
         from torchx_datapipes.runner.split import SplitOp
 
         return SplitOp.from_args(args, cfg, fn)
+    if args.op == "validate":
+        from torchx_datapipes.runner.validate import ValidateOp
+
+        return ValidateOp.from_args(args, cfg, fn)
     from torchx_datapipes.runner.stats import StatsOp
 
     return StatsOp.from_args(args, cfg, fn)

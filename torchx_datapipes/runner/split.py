@@ -23,7 +23,7 @@ import orjson
 from torchx_datapipes.io.checksum import write_file, write_summed
 from torchx_datapipes.io.formats import UnitReader
 from torchx_datapipes.io.fs import fs_and_path, join, read_bytes
-from torchx_datapipes.io.layout import ERRORS_DIR
+from torchx_datapipes.io.layout import ERRORS_DIR, unit_file
 from torchx_datapipes.io.units import Unit
 from torchx_datapipes.io.writers import PartWriter, encode_checked, part_name
 from torchx_datapipes.io.writers.commit import encode_schema, main_meta_names, unify_parts
@@ -43,9 +43,11 @@ from torchx_datapipes.split import (
     parse_fractions,
     parse_key,
 )
+from torchx_datapipes.split.profile import SplitProfile, split_drift
 from torchx_datapipes.split.stratified import small_class_warnings
 
 SIDE_DIR = "_split"
+PROFILE = "profile"  # _units/NNNNN.profile: the unit's per-split profiles (split hygiene)
 Batch = tuple[list[Any], Sequence[int], bool]  # records, lines, whether lines map 1:1 to the records
 
 
@@ -136,6 +138,7 @@ class SplitOp:
         rels = [part_name(unit.index, fmt, prefix=s) for s in names]
         writers = [PartWriter(join(self.cfg.output, r), fmt, key_prefix=unit.name) for r in rels]
         per_class: Counter[tuple[int, str]] = Counter()
+        profiles = [SplitProfile() for _ in names]  # split hygiene: each split's drift from the whole
         stream, applier = self._stream(reader, sink)
         start = 0
         try:
@@ -147,6 +150,8 @@ class SplitOp:
                 start += len(recs)
                 if cls is not None:
                     per_class.update(zip(ids.tolist(), cls))
+                for k, prof in enumerate(profiles):
+                    prof.update([r for r, s in zip(recs, ids.tolist()) if s == k])
                 self._write(writers, recs, ids.tolist(), lines if exact else [lines[0]] * len(recs), sink)
             for w in writers:
                 w.commit()
@@ -161,6 +166,9 @@ class SplitOp:
             "outputs": rels,
             "files": [s for w, r in zip(writers, rels) for s in w.file_sums(r)],
         }
+        state = orjson.dumps({n: p.state() for n, p in zip(names, profiles)})
+        meta["files"].append(write_summed(self.cfg.output, unit_file(unit.name, PROFILE), state))
+        meta["profile"] = unit_file(unit.name, PROFILE)
         schemas = {r: encode_schema(w.schema) for w, r in zip(writers, rels) if w.schema is not None}
         if schemas:
             meta["schemas"] = schemas
@@ -298,6 +306,13 @@ class SplitOp:
         total = sum(splits.values())
         per_class = {c: tuple(row[s] for s in names) for c, row in classes.items()}
         warnings = small_class_warnings(self.fractions, total, tuple(splits.values()), per_class)
+        profiles = {s: SplitProfile() for s in names}
+        for m in metas:
+            if m.get("profile"):
+                for s, state in orjson.loads(read_bytes(join(self.cfg.output, m["profile"]))).items():
+                    profiles[s].merge(SplitProfile.from_state(state))
+        drift, drift_warnings = split_drift(profiles)
+        warnings = [*warnings, *drift_warnings]
         for w in warnings:
             print(f"warning: {w}", file=sys.stderr, flush=True)
         unified = (
@@ -312,7 +327,7 @@ class SplitOp:
             **unified, "records_out": total, "filtered": sum(int(m.get("filtered", 0)) for m in metas),
             "splits": splits, "fractions": self.fractions.as_dict(), "method": self.method, "seed": self.seed,
             "key": list(self.key.fields) if self.key else None, "stratify": self.stratify,
-            "warnings": warnings, "output": self.cfg.output,
+            "warnings": warnings, "output": self.cfg.output, "drift": drift,
         }  # fmt: skip
         if self.stratify:
             out["classes"] = classes

@@ -43,6 +43,10 @@ class StatsOp:
         return {"stats": self.config.to_dict(), "fn": self.fn is not None}
 
     def run(self, ctx: PassContext) -> None:
+        if self.config.fields and self.fn is None:  # every rank, before any work: a typo fails fast
+            from torchx_datapipes.stats.fieldcheck import check_fields
+
+            check_fields(self.config.fields, ctx.units)
         ctx.run_pass("main", self.process)
 
     def partial_url(self, unit: Unit) -> str:
@@ -71,6 +75,18 @@ class StatsOp:
         return {"records_out": partial.records, "filtered": filtered, "files": [written]}
 
     def finalize(self, ctx: PassContext, metas: List[Dict[str, Any]]) -> Dict[str, Any]:
+        doc = self.merged_doc(ctx, metas)
+        write_file(join(self.output, STATS_JSON), orjson.dumps(doc, option=orjson.OPT_INDENT_2))
+        write_reports(doc, self.output)
+        return {
+            "records_described": doc["records"],
+            "stats": join(self.output, STATS_JSON),
+            "report": join(self.output, "report.html"),
+            "markdown": join(self.output, "stats.md"),
+        }
+
+    def merged_doc(self, ctx: PassContext, metas: List[Dict[str, Any]]) -> Dict[str, Any]:
+        """Every unit's partial merged, in unit order, with the job's header: the stats.json document."""
         merged = StatsPartial(self.config)
         for unit in ctx.units:  # unit order: the merge is deterministic for any -j
             merged.merge(StatsPartial.from_bytes(read_bytes(self.partial_url(unit))))
@@ -93,11 +109,4 @@ class StatsOp:
                 "manifest": {**manifest, "num_workers": ctx.num_workers},
             }
         )
-        write_file(join(self.output, STATS_JSON), orjson.dumps(doc, option=orjson.OPT_INDENT_2))
-        write_reports(doc, self.output)
-        return {
-            "records_described": merged.records,
-            "stats": join(self.output, STATS_JSON),
-            "report": join(self.output, "report.html"),
-            "markdown": join(self.output, "stats.md"),
-        }
+        return doc

@@ -101,8 +101,15 @@ def time_histogram_png(name: str, section: dict[str, Any]) -> bytes:
 
 
 def top_k_png(name: str, s: dict[str, Any]) -> bytes:
-    """Horizontal bar chart of the most frequent strings, largest on top."""
+    """Horizontal bar chart of the most frequent strings, largest on top.
+
+    With sketch counts only the values whose count is guaranteed above the sketch error are
+    drawn, each with its [lower, upper] bounds as an error bar, so no bar claims a count the
+    data may not have (a value seen once never shows as 2).
+    """
     top = s["top"]
+    if not s["top_exact"]:
+        top = [t for t in top if t["lower"] > s["top_max_error"]] or top[:1]
     labels = [_label(t["value"], 28) or "(empty)" for t in reversed(top)]
     counts = [t["count"] for t in reversed(top)]
     height = max(1.4, 0.24 * len(top) + 0.8)
@@ -111,7 +118,11 @@ def top_k_png(name: str, s: dict[str, Any]) -> bytes:
     left = min(0.45, 0.05 + 0.0115 * max(map(len, labels), default=1))
     fig.subplots_adjust(left=left, right=0.97, top=1 - 0.4 / height, bottom=0.35 / height)
     ax = fig.add_subplot()
-    ax.barh(range(len(top)), counts, color=_BAR, height=0.7)
+    xerr = None
+    if not s["top_exact"]:
+        shown = list(reversed(top))
+        xerr = [[t["count"] - t["lower"] for t in shown], [t["upper"] - t["count"] for t in shown]]
+    ax.barh(range(len(top)), counts, color=_BAR, height=0.7, xerr=xerr, ecolor="#333333", capsize=2)
     ax.set_yticks(range(len(top)), labels, fontsize=7, **_PLAIN)
     note = "exact counts" if s["top_exact"] else f"counts ±{fmt(s['top_max_error'])}"
     if not s["top_exact"] and top and top[0]["lower"] <= s["top_max_error"]:

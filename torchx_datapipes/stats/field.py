@@ -22,6 +22,7 @@ import numpy as np
 
 from torchx_datapipes.stats import sketches
 from torchx_datapipes.stats.config import StatsConfig
+from torchx_datapipes.stats.flags import field_flags
 from torchx_datapipes.stats.moments import FloatArray
 from torchx_datapipes.stats.numeric import NumericAcc
 from torchx_datapipes.stats.strings import StringAcc
@@ -298,6 +299,7 @@ class FieldAcc:
                 **(self.list_shapes.result(self.config.top_k) if self.list_shapes else {}),
                 "elements": self.elements.result(self.n_elements),
             }
+        out["flags"] = field_flags(out)
         return out
 
 

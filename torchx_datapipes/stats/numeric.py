@@ -17,6 +17,9 @@ from torchx_datapipes.stats.moments import FloatArray, Moments
 # integer values spanning at most this range are counted with bincount (O(n), a 512 KiB array at
 # most) instead of np.unique (a sort): cheap for masks, labels, years and pixels of big tensors
 _BINCOUNT_SPAN = 1 << 16
+# exact value counts are kept for integers float64 holds exactly (and JSON writers accept):
+# beyond 2**53 a "count per value" would merge distinct integers (and int(v) may exceed 64 bits)
+_EXACT_INT = float(1 << 53)
 
 
 class NumericAcc:
@@ -61,6 +64,9 @@ class NumericAcc:
             self.values = None
             return
         lo, hi = float(finite.min()), float(finite.max())
+        if lo < -_EXACT_INT or hi > _EXACT_INT:
+            self.values = None
+            return
         if hi - lo <= _BINCOUNT_SPAN:  # O(n), no sort: cheap for masks, labels, years, pixels
             counts = np.bincount((finite - lo).astype(np.int64))
             nz = np.flatnonzero(counts)
@@ -139,6 +145,9 @@ class NumericAcc:
         out: dict[str, Any] = {
             "quantile_rank_error": 0.0 if exact else float(self.kll.normalized_rank_error(False)),
             "quantiles_exact": exact,
+            # linear: exact, interpolated between the two nearest values as pandas/numpy do
+            # (the median of an even count is the mean of the middle two); kll: sketch estimates
+            "quantiles_method": "linear" if exact else "kll",
             "median": None,
             "quantiles": [{"q": q, "value": None} for q in self.config.quantiles],
             "histogram": None,
@@ -146,8 +155,13 @@ class NumericAcc:
         }
         if self.kll.is_empty():
             return out
-        out["median"] = float(self.kll.get_quantile(0.5))
-        values = [float(v) for v in self.kll.get_quantiles(list(self.config.quantiles))]
+        if exact:  # every value is in the sketch: pandas' default (linear interpolation between ranks)
+            items = np.sort(np.fromiter((v for v, _ in self.kll), dtype=np.float64))
+            out["median"] = float(np.quantile(items, 0.5))
+            values = [float(v) for v in np.quantile(items, list(self.config.quantiles))]
+        else:  # the sketch's own estimates, within quantile_rank_error
+            out["median"] = float(self.kll.get_quantile(0.5))
+            values = [float(v) for v in self.kll.get_quantiles(list(self.config.quantiles))]
         out["quantiles"] = [{"q": q, "value": v} for q, v in zip(self.config.quantiles, values, strict=True)]
         out["histogram"] = self._histogram(exact)
         assert self.moments.min is not None and self.moments.max is not None  # kll is not empty

@@ -10,6 +10,7 @@ profiled as the values of a pseudo-field named ``"$value"`` (:data:`VALUE_FIELD`
 
 from __future__ import annotations
 
+import base64
 import json
 import struct
 from itertools import chain
@@ -134,11 +135,24 @@ class StatsPartial:
 
     def result(self) -> dict[str, Any]:
         """The statistics document: ``{"records": N, "config": {...}, "fields": {name: {...}}}``."""
-        return {
-            "records": self.records,
-            "config": self.config.to_dict(),
-            "fields": {name: acc.result(self.records) for name, acc in self.fields.items()},
-        }
+        fields = {name: acc.result(self.records) for name, acc in self.fields.items()}
+        for name, acc in self.fields.items():  # the quantile sketch itself: drift compares two of them
+            if acc.numeric is not None and acc.numeric.moments.count:
+                fields[name]["numeric"]["sketch"] = base64.b64encode(acc.numeric.kll.serialize()).decode()
+                if _distinct_ints(acc, fields[name]) and "id-like" not in fields[name]["flags"]:
+                    fields[name]["flags"].append("id-like")
+        return {"records": self.records, "config": self.config.to_dict(), "fields": fields}
+
+
+def _distinct_ints(acc: FieldAcc, f: dict[str, Any]) -> bool:
+    """Integers, all distinct, as an exact sketch (it holds every value) shows: id-like (see stats.flags)."""
+    from torchx_datapipes.stats.flags import ID_LIKE_MIN_COUNT
+
+    kll = acc.numeric.kll if acc.numeric is not None else None
+    if kll is None or kll.is_estimation_mode() or set(f["types"]) - {"int", "null"}:
+        return False
+    n = int(kll.n)
+    return n >= ID_LIKE_MIN_COUNT and n == f["count"] and len({v for v, _ in kll}) == n
 
 
 def _columns(dicts: list[dict[Any, Any]], fields: tuple[str, ...] | None) -> list[tuple[Any, list[Any]]]:

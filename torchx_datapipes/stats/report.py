@@ -12,7 +12,17 @@ from typing import Any
 
 from torchx_datapipes.io.checksum import write_file
 from torchx_datapipes.stats.markdown import render_markdown
-from torchx_datapipes.stats.summary import COLUMNS, fmt, pct, rows, run_info, shape_text, type_label
+from torchx_datapipes.stats.summary import (
+    COLUMNS,
+    fmt,
+    near_unique,
+    pct,
+    rows,
+    run_info,
+    shape_text,
+    type_label,
+    wrap_name,
+)
 
 REPORT_HTML = "report.html"
 STATS_MD = "stats.md"
@@ -22,7 +32,8 @@ body{margin:0;background:#f6f7f9;color:#1d2330;font:14px/1.45 system-ui,-apple-s
 "Helvetica Neue",Arial,sans-serif}
 main{max-width:1200px;margin:0 auto;padding:24px 28px 48px}
 h1{font-size:24px;margin:0 0 12px}h2{font-size:18px;margin:28px 0 10px}
-h3{font-size:16px;margin:0 0 8px;font-family:ui-monospace,SFMono-Regular,Menlo,Consolas,monospace}
+h3{font-size:16px;margin:0 0 8px;overflow-wrap:break-word;
+font-family:ui-monospace,SFMono-Regular,Menlo,Consolas,monospace}
 .run{display:flex;flex-wrap:wrap;gap:10px;margin:0}
 .run div{background:#fff;border:1px solid #e1e4ea;border-radius:8px;padding:8px 14px;max-width:100%}
 .run dt{font-size:11px;text-transform:uppercase;letter-spacing:.04em;color:#6b7385}
@@ -32,7 +43,7 @@ table{border-collapse:collapse;width:100%}
 th,td{padding:6px 10px;border-bottom:1px solid #eceef2;text-align:right;white-space:nowrap}
 th{background:#f0f2f6;font-size:12px;color:#4a5264;position:sticky;top:0}
 td.l,th.l{text-align:left}tr:last-child td{border-bottom:0}
-.summary td.l{white-space:normal;max-width:240px;overflow-wrap:anywhere}
+.summary td.l{white-space:normal;max-width:240px;overflow-wrap:break-word}
 td.l a{color:#2b5fad;text-decoration:none;font-family:ui-monospace,Menlo,Consolas,monospace}
 .fields{display:grid;grid-template-columns:repeat(auto-fill,minmax(540px,1fr));gap:16px}
 .field{background:#fff;border:1px solid #e1e4ea;border-radius:8px;padding:14px 16px}
@@ -87,7 +98,7 @@ def _summary_table(doc: dict[str, Any]) -> str:
     body = []
     for row in rows(doc):
         name = row.cells[0]
-        first = f'<td class="l"><a href="#field-{_esc(name)}">{_esc(name)}</a></td>'
+        first = f'<td class="l"><a href="#field-{_esc(name)}" title="{_esc(name)}">{wrap_name(name)}</a></td>'
         rest = "".join(
             f'<td class="{_cls(c)}">{_esc(v)}</td>' for c, v in zip(COLUMNS[1:], row.cells[1:], strict=True)
         )
@@ -125,7 +136,7 @@ def _field_card(name: str, f: dict[str, Any], records: int) -> str:
     table = "".join(f"<tr><td>{_esc(k)}</td><td>{_esc(v)}</td></tr>" for k, v in kv)
     imgs = "".join(_img(kind, label, png) for kind, label, png in _charts(name, f))
     return (
-        f'<section class="field" id="field-{_esc(name)}"><h3>{_esc(name)}'
+        f'<section class="field" id="field-{_esc(name)}"><h3 title="{_esc(name)}">{wrap_name(name)}'
         f'<span class="type">{_esc(type_label(f["types"]))}</span></h3>'
         f'<table class="kv">{table}</table>{imgs}</section>'
     )
@@ -148,7 +159,11 @@ def _numeric_kv(prefix: str, num: dict[str, Any] | None) -> list[tuple[str, str]
             )
         )
     if num["median"] is not None:
-        err = "exact" if num["quantiles_exact"] else f"rank error ±{100 * num['quantile_rank_error']:.2g}%"
+        err = (
+            "exact, linear interpolation"
+            if num["quantiles_exact"]
+            else f"≈ sketch estimates, rank error ±{100 * num['quantile_rank_error']:.2g}%"
+        )
         qs = ", ".join(f"p{100 * q['q']:g}={fmt(q['value'])}" for q in num["quantiles"])
         out.append((prefix + f"quantiles ({err})", qs))
     return out
@@ -234,7 +249,7 @@ def _charts(name: str, f: dict[str, Any]) -> list[tuple[str, str, bytes]]:
             out.append((f"bars-{label}", f"value counts of {label}", charts.value_bars_png(label, num)))
         elif num and num.get("histogram"):
             out.append((f"hist-{label}", f"histogram of {label}", charts.histogram_png(label, num)))
-        if s and s.get("top"):
+        if s and s.get("top") and not near_unique(s):  # bars of height 1 say nothing
             out.append((f"topk-{label}", f"top values of {label}", charts.top_k_png(label, s)))
     return out
 

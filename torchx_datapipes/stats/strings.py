@@ -19,6 +19,9 @@ from torchx_datapipes.stats.moments import FloatArray, Moments
 
 # HLL bounds at 2 standard deviations (~95%); see docs/stats-schema.md.
 _HLL_STDDEVS = 2
+# a field with at most this many distinct strings lists them all (``values``), as TFDV's
+# max_string_domain_size: what a schema's domain and the categorical drift distances use
+DOMAIN_LIMIT = 100
 
 
 class StringAcc:
@@ -124,13 +127,17 @@ class StringAcc:
         if self.exact is not None:
             ranked = sorted(self.exact.items(), key=lambda t: (-t[1], t[0]))[:k]
             top = [{"value": v, "count": c, "lower": c, "upper": c} for v, c in ranked]
-            return {"top": top, "top_exact": True, "top_max_error": 0}
+            # every value with its count while there are few: a schema's domain, categorical drift
+            values = None
+            if len(self.exact) <= DOMAIN_LIMIT:
+                values = [{"value": v, "count": c} for v, c in sorted(self.exact.items())]
+            return {"top": top, "top_exact": True, "top_max_error": 0, "values": values}
         items = sketches.frequent_items(self.freq)
         max_error = int(items[0][3] - items[0][2]) if items else 0
         top = [
             {"value": v, "count": int(c), "lower": int(lo), "upper": int(hi)} for v, c, lo, hi in items[:k]
         ]
-        return {"top": top, "top_exact": max_error == 0, "top_max_error": max_error}
+        return {"top": top, "top_exact": max_error == 0, "top_max_error": max_error, "values": None}
 
 
 def _int(v: float | None) -> int | None:

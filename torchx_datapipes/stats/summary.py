@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import html
 import json
 import math
 import posixpath
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -58,7 +60,38 @@ def type_label(types: dict[str, int]) -> str:
     if len(kinds) == 1:
         return next(iter(kinds))
     ranked = sorted(kinds.items(), key=lambda t: -t[1])
-    return " · ".join(f"{k} {100 * n / total:.0f}%" for k, n in ranked)
+    return " · ".join(f"{k} {share(n, total)}" for k, n in ranked)
+
+
+def share(part: int, whole: int) -> str:
+    """A percentage that never rounds a present minority to 0% nor a partial majority to 100%."""
+    p = 100 * part / whole
+    if 0 < p < 0.5:
+        return "<1%"
+    if 99.5 <= p < 100:
+        return ">99%"
+    return f"{p:.0f}%"
+
+
+def near_unique(s: dict[str, Any]) -> bool:
+    """No value of a string section repeats, as far as the counts can tell.
+
+    Exact counts: the most frequent value occurs once. Sketch counts: no value's guaranteed
+    count (its lower bound) exceeds the sketch's error, so a top-k chart would show noise.
+    """
+    top = s.get("top") or []
+    if not top:
+        return True
+    if s.get("top_exact"):
+        return int(top[0]["count"]) <= 1
+    return int(top[0]["lower"]) <= int(s.get("top_max_error") or 0)
+
+
+def flags(f: dict[str, Any]) -> list[str]:
+    """``constant`` (one distinct non-null value) and ``id-like`` (every value distinct) flags."""
+    from torchx_datapipes.stats.flags import field_flags
+
+    return list(f["flags"]) if "flags" in f else field_flags(f)
 
 
 def pct(part: int, whole: int) -> str:
@@ -90,7 +123,9 @@ def field_row(name: str, f: dict[str, Any], records: int) -> Row:
     if s:
         d = s["distinct"]
         distinct = fmt(d["value"]) if d["exact"] else f"≈{fmt(d['value'])}"
-        if s["top"]:
+        if s["top"] and near_unique(s) and s["top_exact"]:
+            top = "none repeated (every value distinct)"
+        elif s["top"]:
             t = s["top"][0]
             err = "" if s["top_exact"] else "±" + fmt(s["top_max_error"])
             if not s["top_exact"] and t["lower"] <= s["top_max_error"]:
@@ -102,7 +137,7 @@ def field_row(name: str, f: dict[str, Any], records: int) -> Row:
     return Row(
         (
             name,
-            type_label(f["types"]),
+            " · ".join([type_label(f["types"]), *flags(f)]),
             fmt(f["count"]),
             pct(f["missing"], records),
             fmt(num.get("mean")),
@@ -151,3 +186,12 @@ def describe(value: Any) -> str:
 def shorten(text: str, limit: int = 40) -> str:
     text = " ".join(str(text).split())
     return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+_BREAK = re.compile(r"(?<=[_./:-])(?![_./:-])|(?<=[a-z0-9])(?=[A-Z])")
+
+
+def wrap_name(name: str) -> str:
+    """HTML of a field name that wraps at word boundaries: ``<wbr>`` after ``_ . / : -`` and
+    between camelCase words, so ``bill_length_mm`` breaks as ``bill_ length_ mm``, never mid-word."""
+    return "<wbr>".join(html.escape(p, quote=True) for p in _BREAK.split(str(name)) if p)

@@ -112,6 +112,9 @@ class TemporalAcc:
             "epoch_s": num,
         }
         if hist is not None:
+            lo, hi = num["min"], num["max"]
+            step, edges = calendar_edges(lo, hi, 2 * self.config.bins)
+            hist = {**hist, "edges": edges, "counts": self.seconds._counts_between(edges), "unit": step}
             out["histogram"] = {
                 **hist,
                 "edges": [show(e) for e in hist["edges"]],
@@ -121,6 +124,40 @@ class TemporalAcc:
 
     def _iso(self, seconds: float | None) -> str | None:
         return iso(seconds, self.date_only)
+
+
+# calendar steps, finest first: (numpy unit, multiple); a histogram uses the finest one that gives
+# at most ``bins`` bins, so its edges fall on whole seconds, minutes, hours, days, months or years
+_STEPS = (
+    *(("s", n) for n in (1, 5, 15, 30)),
+    *(("m", n) for n in (1, 5, 15, 30)),
+    *(("h", n) for n in (1, 3, 6, 12)),
+    ("D", 1),
+    ("D", 7),
+    *(("M", n) for n in (1, 3, 6)),
+    *(("Y", n) for n in (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000)),
+)
+_UNIT_NAMES = {"s": "second", "m": "minute", "h": "hour", "D": "day", "M": "month", "Y": "year"}
+
+
+def calendar_edges(lo: float, hi: float, bins: int) -> tuple[str, list[float]]:
+    """Histogram edges (epoch seconds) on calendar units covering ``[lo, hi]``, and the step's name.
+
+    The first edge is ``lo`` floored to the step, the last is past ``hi``, so a value on the 1st
+    of a month falls in that month's bin. Months and years have their real lengths.
+    """
+    first = np.datetime64(int(math.floor(lo)), "s")
+    last = np.datetime64(int(math.floor(hi)), "s")
+    for unit, n in _STEPS:
+        start, end = first.astype(f"datetime64[{unit}]"), last.astype(f"datetime64[{unit}]")
+        if n > 1:  # align multiples to the epoch (e.g. quarters start in Jan, Apr, Jul, Oct)
+            start = start - (start.astype(np.int64) % n)
+        count = int((end - start).astype(np.int64)) // n + 1
+        if count <= bins or (unit, n) == _STEPS[-1]:
+            edges = start + np.arange(count + 1) * np.timedelta64(n, unit)  # type: ignore[call-overload]
+            secs = edges.astype("datetime64[s]").astype(np.int64).astype(np.float64)
+            return f"{n} {_UNIT_NAMES[unit]}{'s' if n > 1 else ''}", [float(e) for e in secs]
+    raise AssertionError("unreachable: the last step always returns")
 
 
 class BytesAcc:
