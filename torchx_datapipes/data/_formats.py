@@ -14,7 +14,7 @@ from typing import Any, Dict, List, Mapping, Optional, Protocol, Sequence, Tuple
 
 from torchx_datapipes.data import _files
 from torchx_datapipes.data._decode import Columns
-from torchx_datapipes.data._parts import Part
+from torchx_datapipes.data._part import Part
 
 CHUNK_RECORDS = 4096
 CHUNK_BYTES = 8 << 20  # stored bytes per JSON Lines / tar chunk, about (a chunk is read whole)

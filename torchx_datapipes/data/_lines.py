@@ -7,7 +7,7 @@ import numpy as np
 from torchx_datapipes.data import _files, _formats
 from torchx_datapipes.data._decode import project
 from torchx_datapipes.data._formats import ReadOptions, Record
-from torchx_datapipes.data._parts import Part
+from torchx_datapipes.data._part import Part
 from torchx_datapipes.errors import ReadError
 from torchx_datapipes.io.jsoncodec import loads_lines
 

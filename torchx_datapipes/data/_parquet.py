@@ -8,7 +8,7 @@ import numpy as np
 from torchx_datapipes.data import _files
 from torchx_datapipes.data._decode import Columns
 from torchx_datapipes.data._formats import Chunk, ReadOptions, Record
-from torchx_datapipes.data._parts import Part
+from torchx_datapipes.data._part import Part
 from torchx_datapipes.errors import ReadError
 
 STREAM_ROWS = 4096  # rows decoded at a time when a row group is read in order

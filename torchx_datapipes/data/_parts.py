@@ -46,7 +46,12 @@ def _check_op(url: str, manifest: Mapping[str, Any]) -> str:
         raise ReadError(f"{url}/_SUCCESS has op {op!r}; OutputDataset reads 'transform' and 'split' outputs")
     fmt = manifest.get("options", {}).get("output_format", "jsonl")
     if fmt not in FORMATS:
-        raise ReadError(f"{url}: output_format {fmt!r} is not readable; readable formats: {FORMATS}")
+        from torchx_datapipes.data._registry import part_format
+
+        try:
+            part_format(fmt)  # a plug-in format whose writer declares a reader
+        except ReadError as e:
+            raise ReadError(f"{url}: {e}") from e
     return str(fmt)
 
 

@@ -18,7 +18,7 @@ import numpy as np
 from torchx_datapipes.data import _files, _formats, _paths
 from torchx_datapipes.data._decode import Columns, MemberDecoder, member_decoder, member_field
 from torchx_datapipes.data._formats import Chunk, ReadOptions, Record
-from torchx_datapipes.data._parts import OutsideOutputError, Part
+from torchx_datapipes.data._part import OutsideOutputError, Part
 from torchx_datapipes.errors import ReadError
 from torchx_datapipes.io.checksum import sum_bytes
 from torchx_datapipes.io.tarindex import TarIndex, decode, from_members

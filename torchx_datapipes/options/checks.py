@@ -8,8 +8,6 @@ from typing import Any, Callable
 
 from torchx.components.dist import parse_nnodes
 
-INPUT_FORMATS = ("auto", "jsonl", "csv", "text", "parquet")
-OUTPUT_FORMATS = ("jsonl", "parquet", "webdataset")
 ON_ERROR = ("raise", "skip")
 BACKENDS = ("cloudpickle", "torch.package", "module")
 SPLIT_METHODS = ("hash", "exact")

@@ -50,6 +50,18 @@ def _input_format(value: Any) -> None:
             raise ValueError(f"must be auto or a known input format ({e})") from e
 
 
+def _output_format(value: Any) -> None:
+    """Any writer the registry knows (built-in, entry point, or register_writer): none is hard-coded."""
+    from torchx_datapipes.io.writers import writer_class
+
+    try:
+        writer_class(value)
+    except ValueError as e:
+        raise ValueError(f"must be a known output format ({e})") from e
+    except ImportError as e:
+        raise ValueError(f"must be an output format whose writer imports ({e})") from e
+
+
 def _schema(value: Any) -> None:
     from torchx_datapipes.io.inputs.registry import parse_schema
 
@@ -85,7 +97,7 @@ def _data(
                 "str",
                 "jsonl",
                 "jsonl, parquet or webdataset (tar shards)",
-                choices=c.OUTPUT_FORMATS,
+                check=_output_format,
             ),
         )
         if output_format

@@ -25,8 +25,8 @@ from torchx_datapipes.io.formats import UnitReader
 from torchx_datapipes.io.fs import fs_and_path, join, read_bytes
 from torchx_datapipes.io.layout import ERRORS_DIR, unit_file
 from torchx_datapipes.io.units import Unit
-from torchx_datapipes.io.writers import PartWriter, encode_checked, part_name
-from torchx_datapipes.io.writers.commit import encode_schema, main_meta_names, unify_parts
+from torchx_datapipes.io.writers import PartWriter, encode_checked, part_name, writer_class
+from torchx_datapipes.io.writers.commit import encode_schema, main_meta_names
 from torchx_datapipes.runner.apply import Applier
 from torchx_datapipes.runner.badrecords import ErrorSink, OnError, RecordError
 from torchx_datapipes.runner.context import PassContext
@@ -315,10 +315,8 @@ class SplitOp:
         warnings = [*warnings, *drift_warnings]
         for w in warnings:
             print(f"warning: {w}", file=sys.stderr, flush=True)
-        unified = (
-            unify_parts(self.cfg.output, metas, main_meta_names(ctx.units))
-            if self.cfg.output_format == "parquet"
-            else {}
+        unified = writer_class(self.cfg.output_format).finalize_job(
+            self.cfg.output, metas, main_meta_names(ctx.units)
         )
         fs, root = fs_and_path(join(self.cfg.output, SIDE_DIR))
         if fs.exists(root):

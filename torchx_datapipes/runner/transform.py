@@ -5,8 +5,8 @@ from typing import Any, Callable, Dict, List, Optional
 from torchx_datapipes.io.formats import UnitReader
 from torchx_datapipes.io.fs import join
 from torchx_datapipes.io.units import Unit
-from torchx_datapipes.io.writers import PartWriter, encode_checked, part_name
-from torchx_datapipes.io.writers.commit import encode_schema, main_meta_names, unify_parts
+from torchx_datapipes.io.writers import PartWriter, encode_checked, part_name, writer_class
+from torchx_datapipes.io.writers.commit import encode_schema, main_meta_names
 from torchx_datapipes.runner.apply import Applier
 from torchx_datapipes.runner.badrecords import ErrorSink
 from torchx_datapipes.runner.context import PassContext
@@ -60,10 +60,8 @@ class TransformOp:
         return meta
 
     def finalize(self, ctx: PassContext, metas: List[Dict[str, Any]]) -> Dict[str, Any]:
-        unified = (
-            unify_parts(self.output, metas, main_meta_names(ctx.units))
-            if self.output_format == "parquet"
-            else {}
+        unified = writer_class(self.output_format).finalize_job(
+            self.output, metas, main_meta_names(ctx.units)
         )
         return {
             **unified,

@@ -32,7 +32,7 @@ OUTPUT_FORMATS = tuple(_KNOWN)
 
 __all__ = [
     "OUTPUT_FORMATS", "BasePart", "Failures", "PartWriter", "dumps", "encode_checked", "part_name",
-    "register_writer", "writer_class",
+    "register_writer", "writer_class", "writer_names",
 ]  # fmt: skip
 
 
@@ -56,10 +56,18 @@ def _table() -> Dict[str, Union[str, Type[BasePart]]]:
     return table
 
 
+def writer_names() -> Tuple[str, ...]:
+    """Every ``--output_format`` name: built-ins, entry points and ``register_writer`` ones."""
+    return tuple(_table())
+
+
 def writer_class(fmt: str) -> Type[BasePart]:
     table = _table()
     if fmt not in table:
-        raise ValueError(f"unknown output format {fmt!r}; use one of {', '.join(table)}")
+        raise ValueError(
+            f"unknown output format {fmt!r}; use one of {', '.join(table)} (a plug-in adds one with"
+            f" register_writer or the entry-point group {ENTRY_POINT_GROUP!r})"
+        )
     ref = table[fmt]
     if not isinstance(ref, str):
         return ref

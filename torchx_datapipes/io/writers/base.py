@@ -7,7 +7,7 @@ library error for a record.
 """
 
 import os
-from typing import Any, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from torchx_datapipes.io import blocksums
 from torchx_datapipes.io.checksum import FileSum, SummingFile, located, sum_bytes, write_file
@@ -21,6 +21,9 @@ class BasePart:
     """One part file being written; subclasses implement :meth:`_write` and :meth:`_finish`."""
 
     ext = ""
+    # "module:Class" of the part reader OutputDataset uses for this format (data/_formats.py
+    # ``PartFormat``); None: the outputs cannot be read back by OutputDataset
+    reader: Optional[str] = None
 
     def __init__(self, url: str, key_prefix: Optional[str] = None) -> None:
         self.url = url
@@ -32,6 +35,15 @@ class BasePart:
         self.committed = False
         self.sums_sum: Optional[Tuple[int, str]] = None  # (size, checksum) of the block sums file
         self.schema: Optional[bytes] = None  # the part's Arrow schema, serialized (Parquet only)
+
+    @classmethod
+    def finalize_job(
+        cls, output: str, metas: List[Dict[str, Any]], meta_name: Callable[[Dict[str, Any]], str]
+    ) -> Dict[str, Any]:
+        """The format's job-level step at commit (rank 0, after every unit), e.g. Parquet's one
+        schema for all parts; returns entries for the manifest. ``meta_name(meta)``: the name a
+        unit's commit record is stored under. Default: nothing to do."""
+        return {}
 
     def open_tmp(self) -> None:
         """Start (or start again) the temporary file the part is written to."""

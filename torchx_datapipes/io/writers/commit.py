@@ -33,7 +33,10 @@ def encode_schema(schema: bytes) -> str:
 
 
 def unify_parts(
-    output: str, metas: List[Dict[str, Any]], meta_name: Callable[[Dict[str, Any]], str]
+    output: str,
+    metas: List[Dict[str, Any]],
+    meta_name: Callable[[Dict[str, Any]], str],
+    row_group_rows: int,
 ) -> Dict[str, Any]:
     """Rewrite the parts whose schema is not the job's; return a summary for the manifest.
 
@@ -43,7 +46,6 @@ def unify_parts(
     import pyarrow.parquet as pq
 
     from torchx_datapipes.io.writers.arrow import conform, unify
-    from torchx_datapipes.io.writers.parquet import ROW_GROUP_ROWS
 
     parts = [(m, rel, pa.ipc.read_schema(pa.py_buffer(base64.b64decode(s))))
              for m in metas for rel, s in sorted(m.get("schemas", {}).items())]  # fmt: skip
@@ -69,7 +71,7 @@ def unify_parts(
                 " per field, then relaunch"
             ) from e
         buf = io.BytesIO()
-        pq.write_table(table, buf, row_group_size=ROW_GROUP_ROWS)
+        pq.write_table(table, buf, row_group_size=row_group_rows)
         data = buf.getvalue()
         fsum = write_summed(output, rel, data).to_json()
         ssum = write_summed(output, block_sums_file(rel), of_bytes(data)).to_json()

@@ -10,6 +10,7 @@ __all__ = ["JsonlPart", "dumps", "encode_checked"]
 
 class JsonlPart(BasePart):
     ext = "jsonl"
+    reader = "torchx_datapipes.data._lines:JsonlFormat"
 
     def write_encoded(self, lines: List[bytes]) -> None:
         """Append records already encoded as JSON."""

@@ -6,7 +6,7 @@ The part's schema is kept (``schema``, serialized) for the job-wide unification 
 (io/writers/commit.py).
 """
 
-from typing import Any, List, Optional
+from typing import Any, Callable, Dict, List, Optional
 
 from torchx_datapipes.errors import DatapipesError
 from torchx_datapipes.io.bigints import find_big_int
@@ -78,6 +78,7 @@ class ParquetPart(BasePart):
     """
 
     ext = "parquet"
+    reader = "torchx_datapipes.data._parquet:ParquetFormat"
 
     def __init__(self, url: str, key_prefix: Optional[str] = None) -> None:
         _pa()
@@ -87,6 +88,15 @@ class ParquetPart(BasePart):
         self._schema: Any = None  # the unified schema of everything written or buffered
         self._pqw: Any = None  # the ParquetWriter, once a row group is written
         self._written: Any = None  # its schema
+
+    @classmethod
+    def finalize_job(
+        cls, output: str, metas: List[Dict[str, Any]], meta_name: Callable[[Dict[str, Any]], str]
+    ) -> Dict[str, Any]:
+        """One schema for every part of the job (io/writers/commit.py)."""
+        from torchx_datapipes.io.writers.commit import unify_parts
+
+        return unify_parts(output, metas, meta_name, ROW_GROUP_ROWS)
 
     def _write(self, recs: List[Any]) -> Failures:
         bad = self._convert(recs)

@@ -44,6 +44,7 @@ def _members(key: str, rec: Any) -> List[Tuple[str, bytes]]:
 
 class WebDatasetPart(BasePart):
     ext = "tar"
+    reader = "torchx_datapipes.data._tar:TarFormat"
 
     def __init__(self, url: str, key_prefix: Optional[str] = None) -> None:
         super().__init__(url, key_prefix)
