@@ -249,3 +249,18 @@ def test_profile_guided_checks_find_what_a_full_check_finds(base: Path, tmp_path
     full.check_records(recs, lambda i: (f, i + 1))
     want = {(fk[0], fk[1]): (it["count"], it["examples"]) for fk, it in full.found.items.items()}
     assert got == want and len(want) >= 5
+
+
+def test_a_failed_gate_reruns_into_the_same_output(base: Path, tmp_path: Path) -> None:
+    """The CI-gate loop: validate fails, the data is fixed, the same command runs again: its own
+    stats.json, anomalies.json and report.html are ours, not foreign entries to refuse."""
+    recs = penguins(100, seed=3)
+    recs[7]["species"] = "Emperor"
+    write_jsonl(tmp_path / "d.jsonl", recs)
+    with pytest.raises(AnomaliesFoundError, match="unexpected_values"):
+        validate(base, str(tmp_path / "d.jsonl"), "gate", "--fail_on", "warning")
+    assert (base / "gate/anomalies.json").exists() and not (base / "gate/_SUCCESS").exists()
+    recs[7]["species"] = recs[6]["species"]
+    write_jsonl(tmp_path / "d.jsonl", recs)
+    validate(base, str(tmp_path / "d.jsonl"), "gate", "--fail_on", "warning", "--overwrite", "true")
+    assert (base / "gate/_SUCCESS").exists() and anomalies(base / "gate") == []

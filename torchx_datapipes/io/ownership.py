@@ -8,7 +8,7 @@ both refuse, listing a few of those entries and the fix. Entries of ours are:
   and ``_split/`` (real directories), ``_LEASE.stale-<token>`` and ``.tmp-<32 hex>-<name>``;
 - in a directory already marked as an output of ours (it holds ``_SUCCESS``, ``_LEASE``, a stale
   lease, or ``_units/``, which a job creates, empty, before it writes any part): parts named
-  ``part-NNNNN.<ext>``, the stats files (``stats.json``, ``report.html``, ``stats.md``), and
+  ``part-NNNNN.<ext>``, the stats and validate files (``stats.json``, ``report.html``, ``stats.md``, ``anomalies.json``), and
   split subdirectories holding only parts, ``_index/`` and temp files. A part without its unit's
   commit record is ours there too: a job killed between writing a part and its record leaves one.
 
@@ -35,7 +35,7 @@ from torchx_datapipes.io.layout import (
 
 RESERVED_FILES = (SUCCESS, LEASE)
 RESERVED_DIRS = (UNITS_DIR, ERRORS_DIR, INDEX_DIR, SPLIT_DIR)
-STATS_FILES = ("stats.json", "report.html", "stats.md")
+STATS_FILES = ("stats.json", "report.html", "stats.md", "anomalies.json")  # stats and validate outputs
 _PART = re.compile(r"part-\d{5,}(\.[A-Za-z0-9]+)+")
 _TMP = re.compile(r"\.tmp-[0-9a-f]{32}-.+")
 _SHOWN = 5
