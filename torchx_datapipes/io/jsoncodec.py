@@ -69,9 +69,31 @@ def _non_finite(v: Any) -> bool:
     return arr is not None and arr.dtype.kind in "fc" and not bool(np.isfinite(arr).all())
 
 
+_SCALARS = frozenset({str, int, bool, type(None)})
+
+
+def _may_hold_non_finite(rec: Any) -> bool:
+    """False when ``rec`` surely holds no NaN/inf: a flat dict of finite floats and other scalars.
+
+    A table with missing values has ``null`` on most lines: this keeps their check to one pass
+    over the values (``v - v`` is 0.0 for a finite float, NaN for NaN and the infinities); anything
+    nested, an array or a tensor gets the full search.
+    """
+    if rec.__class__ is not dict:
+        return True
+    for v in rec.values():
+        c = v.__class__
+        if c is float:
+            if v - v != 0:
+                return True
+        elif c not in _SCALARS:
+            return True
+    return False
+
+
 def _check_finite(rec: Any, line: bytes) -> None:
-    """orjson writes NaN and inf as ``null``: a line holding ``null`` is searched for one (rare, cheap)."""
-    if b"null" in line:
+    """orjson writes NaN and inf as ``null``: a line holding ``null`` is searched for one."""
+    if b"null" in line and _may_hold_non_finite(rec):
         field = find_value(rec, _non_finite)
         if field:
             raise NonFiniteError(
@@ -121,10 +143,23 @@ def encode_checked(recs: List[Any]) -> Tuple[List[bytes], Failures]:
     """Encode records to JSON; return the encoded ones and ``(index, error)`` for the rest."""
     try:  # the hot path: orjson on the whole batch
         lines = [orjson.dumps(r, default=_default, option=_OPTS) for r in recs]
-        if not any(b"null" in line for line in lines):
-            return lines, []
     except TypeError:
         pass  # then record by record, with the exact encoder for integers beyond 64 bits
+    else:
+        suspect = [i for i, line in enumerate(lines) if b"null" in line and _may_hold_non_finite(recs[i])]
+        if not suspect:
+            return lines, []
+        kept: List[bytes] = []
+        refused: Failures = []
+        todo = set(suspect)
+        for i, (r, line) in enumerate(zip(recs, lines)):
+            try:
+                if i in todo:
+                    _check_finite(r, line)
+                kept.append(line)
+            except NonFiniteError as e:
+                refused.append((i, str(e)))
+        return kept, refused
     ok: List[bytes] = []
     bad: Failures = []
     for i, r in enumerate(recs):

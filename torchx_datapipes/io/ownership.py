@@ -8,7 +8,8 @@ both refuse, listing a few of those entries and the fix. Entries of ours are:
   and ``_split/`` (real directories), ``_LEASE.stale-<token>`` and ``.tmp-<32 hex>-<name>``;
 - in a directory already marked as an output of ours (it holds ``_SUCCESS``, ``_LEASE``, a stale
   lease, or ``_units/``, which a job creates, empty, before it writes any part): parts named
-  ``part-NNNNN.<ext>``, the stats and validate files (``stats.json``, ``report.html``, ``stats.md``, ``anomalies.json``), and
+  ``part-NNNNN.<ext>``, the stats and validate files (``stats.json``, ``report.html``,
+  ``stats.md``, ``anomalies.json``), and
   split subdirectories holding only parts, ``_index/`` and temp files. A part without its unit's
   commit record is ours there too: a job killed between writing a part and its record leaves one.
 
