@@ -9,8 +9,8 @@ from typing import Any, Dict, Iterator, List
 
 import pytest
 import torch
-
 from queue_testutil import BROKERS, Worker, cleanup, finish, fresh_url, publish_units, records
+
 from torchx_datapipes.queue import (
     Backpressure,
     GroupConsumer,
@@ -39,7 +39,8 @@ def test_types_round_trip_through_the_broker(url: str) -> None:
     rec: Dict[str, Any] = {
         "img": torch.arange(24, dtype=torch.uint8).reshape(2, 3, 4), "f64": torch.tensor([0.5, -1.0],
         dtype=torch.float64), "scalar": torch.tensor(7), "big": 2**70, "nan": float("nan"), "inf": -math.inf,
-        "raw.bin": b"\x00\xff", "txt": "héllo", "cls": 3, "id": "007", "none": None, "nested": {"a": [1, 2.5]},
+        "raw.bin": b"\x00\xff", "txt": "héllo", "cls": 3, "id": "007", "none": None,
+        "nested": {"a": [1, 2.5]},
     }  # fmt: skip
     with open_queue(url) as b:
         pub = UnitPublisher(b, "j", 0, Backpressure(b, 0))

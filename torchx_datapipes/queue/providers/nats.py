@@ -73,7 +73,8 @@ class NatsBroker(Broker):
                     t,
                 )  # fmt: skip
             except asyncio.TimeoutError as e:
-                raise ConnectionRefusedError(f"no NATS server answered at {parts.hostname}:{parts.port}") from e
+                where = f"{parts.hostname}:{parts.port}"
+                raise ConnectionRefusedError(f"no NATS server answered at {where}") from e
             self._js = self._nc.jetstream(timeout=t)
             await self._ensure_stream(
                 self.spec.name, [self.subject], api.RetentionPolicy.WORK_QUEUE, DUPLICATE_WINDOW_S
