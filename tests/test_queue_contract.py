@@ -4,6 +4,9 @@ The brokers are started by scripts/services.sh; a broker that is down fails thes
 """
 
 import math
+import multiprocessing as mp
+import os
+import signal
 import time
 from typing import Any, Dict, Iterator, List
 
@@ -107,14 +110,28 @@ def test_copies_of_a_message_id_are_delivered_once(url: str) -> None:
     assert dropped == (0 if url.startswith("nats") else 20)
 
 
-def test_records_of_a_dead_consumer_reach_the_others(url: str) -> None:
+def _consume_then_hang(url: str, path: str, ready: Any) -> None:
+    it = iter(consume(url))
+    with open(path, "w") as f:
+        f.write(" ".join(str(next(it)["id"]) for _ in range(3)))
+    ready.set()
+    time.sleep(3600)  # holds its messages, acks nothing, until SIGKILL
+
+
+def test_records_of_a_dead_consumer_reach_the_others(url: str, tmp_path: Any) -> None:
     with open_queue(url) as b:
         total = publish_units(b, "j", {0: 600})
         finish(b, "j", total)
-    dead = consume(url)
-    it = iter(dead)
-    first = [next(it)["id"] for _ in range(3)]  # it holds messages, yielded 3 records, acked nothing
-    dead.broker._drop()  # the process dies: its connection goes, nothing more is acked
+    ctx = mp.get_context("fork")
+    ready = ctx.Event()
+    dead = ctx.Process(target=_consume_then_hang, args=(url, str(tmp_path / "first"), ready))
+    dead.start()
+    try:
+        assert ready.wait(60), "the first consumer did not get its records"
+    finally:
+        os.kill(dead.pid, signal.SIGKILL)  # dies holding messages it yielded 3 records of
+        dead.join(30)
+    first = [int(i) for i in (tmp_path / "first").read_text().split()]
     survivor = consume(url)
     t = time.monotonic()
     ids = [r["id"] for r in survivor]

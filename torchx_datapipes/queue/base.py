@@ -82,12 +82,17 @@ class Broker(ABC):
         """Messages other consumers held for ``idle_s`` without acking (brokers that redeliver: [])."""
         return []
 
+    def _touch(self, group: str, consumer: str, deliveries: List[Delivery]) -> None:  # noqa: B027
+        """Keep ``deliveries`` held by ``consumer`` (a live one) from being redelivered; called by its
+        heartbeat thread on another connection. Brokers that redeliver only on a closed connection: no-op."""
+
     @abstractmethod
     def _log_append(self, group: str, data: bytes) -> None: ...
 
     @abstractmethod
     def _log_read(self, group: str, block_s: float) -> List[bytes]:
-        """Group log entries after the last one this client read, in log order (waits up to block_s)."""
+        """Group log entries after the last one this client read, in log order (waits up to ``block_s``
+        for one; with 0, what has arrived: :meth:`Ledger.sync` reads up to a marker it appends)."""
 
     @abstractmethod
     def _delete(self, groups: Sequence[str]) -> None:
@@ -170,6 +175,9 @@ class Broker(ABC):
             "claim", self._claim_stale, group, consumer, n, float(self.spec.opt("claim_after_s"))
         )
 
+    def touch(self, group: str, consumer: str, deliveries: List[Delivery]) -> None:
+        self._call("touch", self._touch, group, consumer, deliveries)
+
     def log_append(self, group: str, data: bytes) -> None:
         self._call("log append", self._log_append, group, data)
 
@@ -177,8 +185,8 @@ class Broker(ABC):
         return self._call("log read", self._log_read, group, block_s)
 
     def delete(self, groups: Sequence[str] = ("train",)) -> None:
-        """Remove the queue and its groups' logs (every group's on Redis)."""
-        self._call("delete", self._delete, tuple(groups))
+        """Remove the queue, its producer log and its groups' logs (every group's on Redis)."""
+        self._call("delete", self._delete, (*groups, "_producer"))
 
     def close(self) -> None:
         if self._pid == os.getpid():

@@ -11,8 +11,11 @@ import sys
 import time
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
+import orjson
+
 from torchx_datapipes.queue.base import Broker
 from torchx_datapipes.queue.codec import Header, encode, encode_record
+from torchx_datapipes.queue.ledger import PRODUCER_LOG
 
 
 def _stderr(msg: str) -> None:
@@ -110,6 +113,7 @@ class UnitPublisher:
 
 
 def publish_end(broker: Broker, job: str, total: int) -> None:
-    """The end marker: the job's total record count (consumers stop once the group has seen them all)."""
-    header = Header("end", job, -1, 0, total)
-    broker.publish(encode(header, []), header.id)
+    """The end marker: the job's total record count, in the stream's producer log every consumer reads
+    (not in the queue, where one consumer would take it); consumers stop once their group has them all.
+    """
+    broker.log_append(PRODUCER_LOG, orjson.dumps({"k": "e", "j": job, "n": total}))

@@ -148,11 +148,19 @@ class NatsBroker(Broker):
         sub = self._sub(group)
         try:
             msgs = self._run(sub.fetch(n, timeout=block_s))
-        except nx.TimeoutError:
+        except (nx.TimeoutError, asyncio.TimeoutError):
             if self._nc is None or not self._nc.is_connected:
                 raise
             return []
         return [Delivery(m.data, m, m.metadata.num_delivered > 1) for m in msgs]
+
+    def _touch(self, group: str, consumer: str, deliveries: List[Delivery]) -> None:
+        async def touch() -> None:  # "+WPI" (work in progress) restarts the message's ack_wait
+            for d in deliveries:
+                await self._nc.publish(d.tag.reply, b"+WPI")
+            await self._nc.flush(timeout=float(self.spec.opt("timeout")))
+
+        self._run(touch())
 
     def _ack(self, group: str, delivery: Delivery) -> None:
         self._run(delivery.tag.ack_sync(timeout=float(self.spec.opt("timeout"))))
@@ -190,8 +198,10 @@ class NatsBroker(Broker):
                 )
             out: List[bytes] = []
             nxt = self._log_next.get(group, 1)
-            timeout = block_s
-            while True:
+            # block_s 0: everything appended so far, up to the log stream's last sequence now
+            last = 0 if block_s > 0 else (await self._js.stream_info(self._log_stream(group))).state.last_seq
+            timeout = block_s if block_s > 0 else 5.0
+            while block_s > 0 or nxt <= last:
                 try:
                     m = await sub.next_msg(timeout=max(timeout, 0.001))
                 except nx.TimeoutError:
@@ -200,7 +210,8 @@ class NatsBroker(Broker):
                 if seq >= nxt:
                     out.append(m.data)
                     nxt = seq + 1
-                timeout = 0.0
+                if block_s > 0:
+                    timeout = 0.0
             self._log_next[group] = nxt
             return out
 

@@ -3,7 +3,7 @@
 - data: a durable **quorum** queue ``NAME`` (replicated, persistent, with a delivery count);
   messages are persistent and published with publisher confirms (``mandatory``), so
   ``publish`` returns once the broker has them;
-- consumers share the queue (each message to one of them, ``prefetch`` unacked at a time);
+- consumers share the queue (each message to one of them; ``basic.get``, ``prefetch`` at a time);
   the broker requeues a consumer's unacked messages, flagged ``redelivered``, as soon as its
   connection closes (a killed process) or misses heartbeats (``claim_after_s``);
 - the group log is the durable **stream** queue ``NAME.log.GROUP`` (RabbitMQ >= 3.9).
@@ -14,8 +14,7 @@ broker-side dedup without a plugin: copies of a message id are dropped by the co
 
 import time
 import urllib.parse
-from collections import deque
-from typing import Any, Deque, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import pika
 from pika import exceptions as px
@@ -40,8 +39,6 @@ class RabbitBroker(Broker):
         self._conn: Optional[pika.BlockingConnection] = None
         self._ch: Any = None
         self._gen = 0
-        self._consuming: Dict[str, Any] = {}  # group -> channel
-        self._inbox: Deque[Delivery] = deque()
         self._logs: Dict[str, Any] = {}  # group -> channel
         self._log_inbox: Dict[str, List[Tuple[int, bytes]]] = {}
         self._log_next: Dict[str, int] = {}  # group -> next stream offset to read
@@ -53,7 +50,10 @@ class RabbitBroker(Broker):
         params.socket_timeout = t
         params.blocked_connection_timeout = max(t, 30.0)
         params.connection_attempts = 1
-        params.heartbeat = max(10, int(self.spec.opt("claim_after_s")))
+        # No AMQP heartbeats: a BlockingConnection answers them only inside its own calls, so a consumer
+        # whose trainer is slow (or a DataLoader worker waiting for its turn) would be disconnected and
+        # its messages requeued. A dead process closes its socket, and the broker requeues at once.
+        params.heartbeat = 0
         return params
 
     def _connect(self) -> None:
@@ -62,8 +62,7 @@ class RabbitBroker(Broker):
         self._ch = self._conn.channel()
         self._ch.confirm_delivery()
         self._ch.queue_declare(self.spec.name, durable=True, arguments={"x-queue-type": "quorum"})
-        self._consuming, self._logs = {}, {}
-        self._inbox.clear()
+        self._logs = {}
         self._log_inbox = {}
 
     def _disconnect(self) -> None:
@@ -84,20 +83,6 @@ class RabbitBroker(Broker):
     def _backlog(self) -> int:
         return int(self._ch.queue_declare(self.spec.name, passive=True).method.message_count)
 
-    def _consume(self, group: str) -> None:
-        if group in self._consuming:
-            return
-        assert self._conn is not None
-        ch = self._conn.channel()
-        ch.basic_qos(prefetch_count=int(self.spec.opt("prefetch")))
-        gen = self._gen
-
-        def on_message(_ch: Any, method: Any, props: Any, body: bytes) -> None:
-            self._inbox.append(Delivery(body, (gen, method.delivery_tag), bool(method.redelivered)))
-
-        ch.basic_consume(self.spec.name, on_message, auto_ack=False)
-        self._consuming[group] = ch
-
     def _pump(self, ready: Any, block_s: float) -> None:
         assert self._conn is not None
         deadline = time.monotonic() + block_s
@@ -106,18 +91,26 @@ class RabbitBroker(Broker):
             self._conn.process_data_events(time_limit=max(0.0, deadline - time.monotonic()))
 
     def _fetch(self, group: str, consumer: str, n: int, block_s: float) -> List[Delivery]:
-        self._consume(group)
-        self._pump(lambda: bool(self._inbox), block_s)
+        # basic.get, not basic.consume: the broker never pushes a message into a consumer that is not
+        # asking (a DataLoader worker waiting for its turn would hold it unclaimed)
+        deadline = time.monotonic() + block_s
         out: List[Delivery] = []
-        while self._inbox and len(out) < n:
-            out.append(self._inbox.popleft())
+        while len(out) < n:
+            method, _props, body = self._ch.basic_get(self.spec.name, auto_ack=False)
+            if method is None:
+                left = deadline - time.monotonic()
+                if out or left <= 0:
+                    break
+                time.sleep(min(0.02, left))
+                continue
+            out.append(Delivery(body, (self._gen, method.delivery_tag), bool(method.redelivered)))
         return out
 
     def _ack(self, group: str, delivery: Delivery) -> None:
         gen, tag = delivery.tag
         if gen != self._gen:  # its connection is gone: the broker requeued it (a redelivery, deduped)
             return
-        self._consuming[group].basic_ack(tag)
+        self._ch.basic_ack(tag)
 
     def _log_queue(self, group: str) -> str:
         return f"{self.spec.name}.log.{group}"
@@ -153,7 +146,7 @@ class RabbitBroker(Broker):
     def _log_read(self, group: str, block_s: float) -> List[bytes]:
         self._tail(group)
         inbox = self._log_inbox[group]
-        self._pump(lambda: bool(inbox), block_s)
+        self._pump(lambda: bool(inbox), block_s)  # (block_s 0: what has arrived; Ledger.sync reads it all)
         out: List[bytes] = []
         nxt = self._log_next.get(group, 0)
         for offset, body in inbox:

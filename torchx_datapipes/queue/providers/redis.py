@@ -93,6 +93,10 @@ class RedisBroker(Broker):
         out: Any = self.r.xautoclaim(self.spec.name, group, consumer, int(idle_s * 1000), "0-0", count=n)
         return [Delivery(f[_FIELD], mid, True) for mid, f in out[1] if f]
 
+    def _touch(self, group: str, consumer: str, deliveries: List[Delivery]) -> None:
+        # XCLAIM to the same consumer resets the entries' idle time: XAUTOCLAIM leaves them alone
+        self.r.xclaim(self.spec.name, group, consumer, 0, [d.tag for d in deliveries], justid=True)
+
     def _ack(self, group: str, delivery: Delivery) -> None:
         pipe = self.r.pipeline(transaction=True)
         pipe.xack(self.spec.name, group, delivery.tag)
