@@ -153,8 +153,9 @@ class Heartbeat(threading.Thread):
     def run(self) -> None:
         broker = self.kind(self.spec, log=lambda msg: None)
         ledger = Ledger(broker, self.group)
+        parent = os.getppid()
         try:
-            while True:
+            while os.getppid() == parent:  # a DataLoader worker whose trainer died is dead too: no beat
                 try:
                     with self.lock:
                         held = list(self.held.values())
