@@ -31,12 +31,12 @@ class Backpressure:
         self.broker, self.max_backlog, self.log, self.log_s = broker, max_backlog, log, log_s
         self.waited_s = 0.0
         self.peak = 0
+        self._last_log = -1e18
 
     def wait(self) -> None:
         if self.max_backlog <= 0:
             return
         start: Optional[float] = None
-        last_log = 0.0
         delay = 0.01
         while True:
             n = self.broker.backlog()
@@ -46,8 +46,8 @@ class Backpressure:
             now = time.monotonic()
             if start is None:
                 start = now
-            if now - last_log >= self.log_s:
-                last_log = now
+            if now - self._last_log >= self.log_s:
+                self._last_log = now
                 self.log(
                     f"queue {self.broker.where}: backlog {n} messages >= --max_backlog {self.max_backlog};"
                     f" waiting for the consumers ({now - start:.1f}s so far)"
