@@ -22,7 +22,7 @@ import numpy as np
 import orjson
 
 from torchx_datapipes.io.values import as_array
-from torchx_datapipes.io.wdscodec import decode, kind, member, member_field
+from torchx_datapipes.io.wdscodec import decode, decode_int, kind, member, member_field
 
 MAGIC = b"TDPQ"
 VERSION = 1
@@ -50,6 +50,7 @@ class Header:
         return f"{self.job}/end" if self.kind == "end" else f"{self.job}/{self.unit}/{self.seq}"
 
 
+_SUFFIXES: Dict[bytes, Tuple[str, str, str]] = {}  # member suffix -> (suffix, field, kind)
 _NPY_HEADERS: Dict[Tuple[str, Tuple[int, ...]], bytes] = {}  # (dtype, shape) -> .npy header
 _NPY_LAYOUTS: Dict[bytes, Tuple[np.dtype, Tuple[int, ...], bool]] = {}  # .npy header -> layout
 
@@ -150,11 +151,21 @@ def decode_records(body: bytes, offset: Optional[int] = None) -> List[Dict[str, 
         rec: Dict[str, Any] = {}
         for _ in range(n):
             (ln,) = _U16.unpack_from(body, pos)
-            suffix = bytes(view[pos + 2 : pos + 2 + ln]).decode()
+            raw = body[pos + 2 : pos + 2 + ln]
             pos += 2 + ln
             (dl,) = _U32.unpack_from(body, pos)
             data = bytes(view[pos + 4 : pos + 4 + dl])
             pos += 4 + dl
-            rec[member_field(suffix)] = _from_npy(data) if kind(suffix) == "npy" else decode(suffix, data)
+            info = _SUFFIXES.get(raw)
+            if info is None:
+                suffix = raw.decode()
+                info = _SUFFIXES[raw] = (suffix, member_field(suffix), kind(suffix))
+            suffix, name, k = info
+            if k == "npy":
+                rec[name] = _from_npy(data)
+            elif k == "int":
+                rec[name] = decode_int(data)
+            else:
+                rec[name] = decode(suffix, data)
         out.append(rec)
     return out
