@@ -7,6 +7,7 @@
 """
 
 import glob
+import json
 import os
 import subprocess
 import time
@@ -54,9 +55,18 @@ def wait_for(cond, timeout: float, what: str, proc: Optional["subprocess.Popen[b
         time.sleep(0.05)
 
 
-def produce_args(url: str) -> List[str]:
-    return ["run", "-s", "local_cwd", "datapipes.transform", "--fn", "f.py:f", "--input", "data",
-            "--output", url, "--state", "state", "-j", "1x2", "--unit_mb", "0.02"]  # fmt: skip
+# the producer rank that reaches record 100 (in the smallest unit, claimed last) dies in the first attempt
+KILLER = (
+    "import os, signal\nimport torch\n\ndef f(r):\n"
+    "    if r['id'] == 100 and os.environ.get('TORCHELASTIC_RESTART_COUNT') == '0':\n"
+    "        os.kill(os.getpid(), signal.SIGKILL)\n"
+    "    return {'id': r['id'], 'x': torch.full((3, 4), r['id'] % 7, dtype=torch.float64)}\n"
+)
+
+
+def produce_args(url: str, fn: str = "f.py:f", *extra: str) -> List[str]:
+    return ["run", "-s", "local_cwd", "datapipes.transform", "--fn", fn, "--input", "data",
+            "--output", url, "--state", "state", "-j", "1x2", "--unit_mb", "0.02", *extra]  # fmt: skip
 
 
 def produce(project: Path, url: str) -> "subprocess.CompletedProcess[str]":
@@ -98,7 +108,12 @@ def test_trainer_consumes_a_running_producer_job_exactly_once(project: Path) -> 
         b.delete()
 
 
-def test_consumer_rank_killed_and_broker_restarted_mid_stream(project: Path, tmp_path: Path) -> None:
+def test_consumer_rank_killed_producer_rank_killed_and_broker_restarted(
+    project: Path, tmp_path: Path
+) -> None:
+    """A trainer rank dies (torchrun restarts the trainer), a producer rank dies (torchrun restarts the
+    producer, which resumes without republishing committed units) and Redis restarts, all mid-stream."""
+    (project / "killer.py").write_text(KILLER)
     data = tmp_path / "redis-data"
     data.mkdir()
     server = start_redis("--appendonly", "yes", "--appendfsync", "always", "--dir", str(data))
@@ -108,7 +123,7 @@ def test_consumer_rank_killed_and_broker_restarted_mid_stream(project: Path, tmp
     try:
         wait_for(lambda: len(glob.glob(str(out / "ready-*-a0"))) == 2, 60, "trainer ranks ready", trainer)
         producer = subprocess.Popen(
-            [os.path.join(VENV_BIN, "torchx"), *produce_args(url)],
+            [os.path.join(VENV_BIN, "torchx"), *produce_args(url, "killer.py:f", "--max_restarts", "1")],
             cwd=project, env=env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
         )  # fmt: skip
         try:
@@ -141,3 +156,8 @@ def test_consumer_rank_killed_and_broker_restarted_mid_stream(project: Path, tmp
     extra = len(got) - len(set(got))
     assert extra <= stats["redelivered"], (extra, stats)  # duplicates: only in-flight records, counted
     assert stats["finished"] and stats["records_done"] == 4000
+    manifest = json.loads((project / "state" / "_SUCCESS").read_text())
+    attempts = [u["attempt"] for u in manifest["units"]]
+    assert 0 in attempts and 1 in attempts, attempts  # the producer was restarted after committing units
+    republished = sum(u["records_out"] for u in manifest["units"] if u["attempt"] == 1)
+    assert stats["duplicates"] <= republished  # copies only of units that had not committed
