@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Install the system packages the tests need and start the services they talk to,
 # if they are not already up. Idempotent.
-# Redis on 127.0.0.1:6379 and memcached on 127.0.0.1:11211. The moto S3 server is
+# Redis on 127.0.0.1:6379, memcached on 127.0.0.1:11211, and the message brokers of the queue
+# tests (docs/queue.md): RabbitMQ on 127.0.0.1:5672 (guest/guest) and NATS with JetStream on 127.0.0.1:4222. The moto S3 server is
 # started by the test fixtures themselves. Tests fail loudly (never skip) when one is missing.
 set -euo pipefail
 
@@ -46,3 +47,21 @@ if ! command -v slurmctld >/dev/null || ! command -v slurmd >/dev/null || ! comm
 fi
 echo "slurm:     $(slurmctld -V 2>/dev/null) (programs; the tests start their own cluster)"
 port_open 3306 || echo "services.sh: MariaDB is not up on 127.0.0.1:3306: the Slurm tests' accounting needs it" >&2
+
+# Message brokers for the queue tests (docs/queue.md). Started from Debian's packages only where missing.
+if ! port_open 5672; then
+  command -v rabbitmq-server >/dev/null || apt_install rabbitmq-server
+  as_root rabbitmq-server -detached >/dev/null 2>&1 || rabbitmq-server -detached >/dev/null
+  for _ in $(seq 1 300); do port_open 5672 && break; sleep 0.2; done  # the Erlang VM takes a while
+  wait_port 5672 rabbitmq
+fi
+echo "rabbitmq:  127.0.0.1:5672 up"
+
+if ! port_open 4222; then
+  command -v nats-server >/dev/null || [ -x /usr/sbin/nats-server ] || apt_install nats-server
+  mkdir -p /var/lib/nats-server 2>/dev/null || true
+  start-stop-daemon --start --oknodo --background --exec /usr/sbin/nats-server -- \
+    -a 127.0.0.1 -p 4222 -js -sd /var/lib/nats-server -l /var/log/nats-server.log
+  wait_port 4222 nats
+fi
+echo "nats:      127.0.0.1:4222 up (JetStream)"

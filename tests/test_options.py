@@ -155,7 +155,10 @@ def test_unknown_component_argument_is_refused() -> None:
 
 CLI_BAD = [
     (["--on_error", "ignore"], "--on_error must be one of raise, skip; got 'ignore'"),
-    (["--output_format", "csv"], "--output_format must be one of jsonl, parquet, webdataset; got 'csv'"),
+    (
+        ["--output_format", "csv"],
+        "--output_format must be a known output format (unknown output format 'csv'",
+    ),
     (
         ["--overwrite", "maybe"],
         "--overwrite: expected one of true, false, 1, 0, yes, no (any case); got 'maybe'",

@@ -68,7 +68,8 @@ def build_app(op: str, arguments: Mapping[str, Any]) -> specs.AppDef:
     relative: Dict[str, str] = {}
     with client_checks():
         values = place_paths(spec.check(arguments), where, relative)
-        local = validate_io(values["input"], values["output"], values["overwrite"], where.shares_client_fs)
+        commit_dir = _commit_dir(op, values, where)  # --state for a queue --output (docs/queue.md)
+        local = validate_io(values["input"], commit_dir, values["overwrite"], where.shares_client_fs)
         if local is not None:  # elsewhere local paths are the job's mounts: the runner checks them
             check_input_formats(values["input"], values["format"], files=local)
             if values.get("fields") and not values.get("fn"):  # stats --fields: names the input has
@@ -88,7 +89,7 @@ def build_app(op: str, arguments: Mapping[str, Any]) -> specs.AppDef:
     if not v["memMB"]:
         v["memMB"] = default_memory_mb(nproc, int(v.get("num_workers") or 1))
     app = runner_app(
-        op, args, v["output"], v["name"], v["image"], v["h"], v["cpu"], v["gpu"], v["memMB"], v["j"],
+        op, args, commit_dir, v["name"], v["image"], v["h"], v["cpu"], v["gpu"], v["memMB"], v["j"],
         v["env"],
         v["mounts"], v["rdzv_port"], v["max_restarts"], v["max_retries"],
     )  # fmt: skip
@@ -103,6 +104,16 @@ def build_app(op: str, arguments: Mapping[str, Any]) -> specs.AppDef:
         return app
     with client_checks():
         return for_scheduler(app, where.scheduler)
+
+
+def _commit_dir(op: str, values: Dict[str, Any], where: _target.Target) -> str:
+    """Where the job commits: ``--output``, or ``--state`` when the output is a message queue."""
+    if op != "transform":
+        return str(values["output"])
+    from torchx_datapipes.queue.client import prepare_output
+
+    store = values["artifact_store"] or default_store()
+    return prepare_output(values, where.shares_client_fs, where.dryrun, store)
 
 
 def default_store() -> str:

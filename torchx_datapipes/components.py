@@ -61,6 +61,8 @@ def transform(
     unit_mb: float = 64.0,
     max_record_mb: float = 64.0,
     cache: Optional[str] = None,
+    state: Optional[str] = None,
+    max_backlog: int = 1000,
     name: str = "/transform",
     image: str = torchx.IMAGE,
     h: Optional[str] = None,
@@ -90,7 +92,9 @@ def transform(
             commas (write a comma inside a name as \\,); an existing path is read as it is written even if
             it holds glob characters ([x].jsonl); local, s3:// or any fsspec URL. .gz and .zst are
             decompressed.
-        output: output directory (local or fsspec URL)
+        output: output directory (local or fsspec URL), or a message queue URL that a training job consumes
+            while the job runs: redis://host:6379/0?stream=NAME, amqp://user@host:5672/vhost?queue=NAME or
+            nats://host:4222?stream=NAME (needs --state; see docs/queue.md)
         format: input format: auto (by extension; an unknown extension is refused), jsonl, json, csv, text,
             parquet, files (one record per file: images, audio, any blob) or webdataset (tar shards)
         output_format: jsonl, parquet or webdataset (tar shards)
@@ -127,6 +131,11 @@ def transform(
             under the cache's trust (?pickle=true, ?hmac_key_file=PATH; docs/cache.md). Passwords never
             go on the command line: use ?password_env=NAME (see docs/cache.md). The manifest reports
             hits and misses
+        state: with a queue --output (required there): the directory or URL that holds the job's unit commit
+            records, lease and _SUCCESS manifest, so a relaunch or restart never publishes a committed unit
+            twice
+        max_backlog: with a queue --output: the producer waits (and says so) while this many messages or more
+            wait for the consumers, so a slow trainer never fills the broker's memory (0: no limit)
         name: job name, {experimentname}/{runname}
         image: image (e.g. docker) for non-local schedulers
         h: a registered named resource (takes precedence over cpu, gpu, memMB)

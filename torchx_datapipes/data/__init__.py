@@ -20,8 +20,9 @@ from torchx_datapipes.data.dataset import OutputDataset
 from torchx_datapipes.data.hf import hf_features
 from torchx_datapipes.data.mapstyle import OutputMapDataset
 from torchx_datapipes.data.node import OutputNode
+from torchx_datapipes.data.queue_dataset import QueueDataset
 
 __all__ = [
     "Collate", "CollateError", "OutputDataset", "OutputMapDataset", "OutputNode", "collate", "hf_features",
-    "merge_states", "present",
+    "merge_states", "present", "QueueDataset",
 ]  # fmt: skip

@@ -17,6 +17,7 @@ SUCCESS = "_SUCCESS"
 UNITS_DIR = "_units"
 ERRORS_DIR = "_errors"
 LEASE = "_LEASE"
+QUEUE_JOB = "_queue_job.json"  # a queue output's --state: the job id its message ids carry
 STALE_LEASE_PREFIX = f"{LEASE}.stale-"
 INDEX_DIR = "_index"
 SPLIT_DIR = "_split"  # split's side files (thresholds, hashes)

@@ -28,13 +28,14 @@ from torchx_datapipes.io.layout import (
     ERRORS_DIR,
     INDEX_DIR,
     LEASE,
+    QUEUE_JOB,
     SPLIT_DIR,
     STALE_LEASE_PREFIX,
     SUCCESS,
     UNITS_DIR,
 )
 
-RESERVED_FILES = (SUCCESS, LEASE)
+RESERVED_FILES = (SUCCESS, LEASE, QUEUE_JOB)
 RESERVED_DIRS = (UNITS_DIR, ERRORS_DIR, INDEX_DIR, SPLIT_DIR)
 STATS_FILES = ("stats.json", "report.html", "stats.md", "anomalies.json")  # stats and validate outputs
 _PART = re.compile(r"part-\d{5,}(\.[A-Za-z0-9]+)+")

@@ -235,6 +235,32 @@ _RUNNER_ONLY = (
     ),
 )
 
+# A message queue as the transform's output (docs/queue.md): the options it adds.
+_TRANSFORM_OUTPUT_HELP = (
+    "output directory (local or fsspec URL), or a message queue URL that a training job consumes while"
+    " the job runs: redis://host:6379/0?stream=NAME, amqp://user@host:5672/vhost?queue=NAME or"
+    " nats://host:4222?stream=NAME (needs --state; see docs/queue.md)"
+)
+_QUEUE_OPTIONS = (
+    Option(
+        "state",
+        "str",
+        None,
+        "with a queue --output (required there): the directory or URL that holds the job's unit commit"
+        " records, lease and _SUCCESS manifest, so a relaunch or restart never publishes a committed unit"
+        " twice",
+        optional=True,
+    ),
+    Option(
+        "max_backlog",
+        "int",
+        1000,
+        "with a queue --output: the producer waits (and says so) while this many messages or more wait"
+        " for the consumers, so a slow trainer never fills the broker's memory (0: no limit)",
+        check=c.at_least(0),
+    ),
+)
+
 TRANSFORM = OpSpec(
     "transform",
     (
@@ -250,7 +276,7 @@ TRANSFORM = OpSpec(
             check=c.non_empty,
             runner=False,
         ),
-        *_io(_INPUT_HELP + ". .gz and .zst are decompressed.", "output directory (local or fsspec URL)"),
+        *_io(_INPUT_HELP + ". .gz and .zst are decompressed.", _TRANSFORM_OUTPUT_HELP),
         *_data(
             1024,
             "records per batch (the batch size of batched functions)",
@@ -279,6 +305,7 @@ TRANSFORM = OpSpec(
             " reports hits and misses",
             optional=True,
         ),
+        *_QUEUE_OPTIONS,
         *_launch("/transform"),
         *_RUNNER_ONLY,
     ),

@@ -22,6 +22,7 @@ from torchx_datapipes.io.inputs.registry import encode_spec
 from torchx_datapipes.options import SPECS
 from torchx_datapipes.runner.badrecords import OnError
 from torchx_datapipes.runner.engine import Op, RunConfig, run_op
+from torchx_datapipes.secrets import mask_url
 
 OPS = ("transform", "split", "stats", "validate")
 
@@ -46,7 +47,7 @@ def to_config(args: argparse.Namespace) -> RunConfig:
     return RunConfig(
         op=args.op,
         inputs=tuple(split_patterns(args.input)),
-        output=args.output.rstrip("/"),
+        output=_commit_dir(args).rstrip("/"),
         artifact=args.artifact,
         sha256=_sha256(args),
         format=encode_spec(
@@ -73,6 +74,21 @@ def to_config(args: argparse.Namespace) -> RunConfig:
 def _csv_types(args: argparse.Namespace) -> str:
     """CSV column types (``--schema`` of transform/split/stats; validate's ``--schema`` is a schema file)."""
     return "" if args.op == "validate" else (args.schema or "")
+
+
+def _commit_dir(args: argparse.Namespace) -> str:
+    """``--output``, or ``--state`` when the output is a message queue (runner/queue_output.py)."""
+    if args.op != "transform":
+        return str(args.output)
+    from torchx_datapipes.queue.registry import is_queue_url
+
+    queue = is_queue_url(args.output)
+    if queue != (args.state is not None):
+        raise ValueError(
+            "--state DIR_OR_URL goes with a queue --output (redis://, amqp://, nats://) and only there;"
+            f" got --output {mask_url(args.output)} and --state {args.state}"
+        )
+    return str(args.state if queue else args.output)
 
 
 def _sha256(args: argparse.Namespace) -> Optional[str]:
@@ -106,6 +122,10 @@ def build_op(args: argparse.Namespace, cfg: RunConfig, fn: Optional[Callable[...
 
             sha = args.sha256 or artifact.sha256_of_url(args.artifact)
             memo = Memo(args.cache, sha, kind_of(fn), fn_name(fn))
+        if args.state is not None:  # a queue --output: publish instead of writing parts
+            from torchx_datapipes.runner.queue_output import QueueTransformOp
+
+            return QueueTransformOp(fn, args.output, cfg.output, cfg.on_error, args.max_backlog, memo)
         return TransformOp(fn, cfg.output, cfg.output_format, cfg.on_error, memo)
     if args.op == "split":
         from torchx_datapipes.runner.split import SplitOp

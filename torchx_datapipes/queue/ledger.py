@@ -1,0 +1,146 @@
+"""A consumer group's shared state, kept on the group's log in the broker itself.
+
+Every consumer of a group appends entries to one append-only log that every member reads in
+the same order (a Redis stream, a RabbitMQ stream queue, a NATS JetStream stream), and replays
+it into the same state:
+
+- ``claim(id)``: the first consumer whose claim of a message id is in the log delivers it;
+  another copy of the id (a message published twice: a producer restarted mid-unit, or a
+  publish retried after a broker restart) is dropped and counted as a duplicate. The claim is
+  decided by log order, so two consumers that get two copies at the same instant still agree;
+- ``done(id, n)``: the message's ``n`` records were yielded; written *before* the broker ack,
+  so a crash in between makes a redelivery that is dropped, never a record counted twice;
+- ``end(job, total)``: the producer's end marker, in the stream's producer log
+  (:data:`PRODUCER_LOG`) that every consumer of every group reads, so no consumer can hold it;
+- ``heartbeat(consumer)``: written every ``claim_after_s / 4`` by a thread of each consumer, so
+  the others know which claimed-but-not-done messages are held by a live consumer.
+
+The group is finished once the records done for a job reach its end marker's total. A
+consumer with nothing left to fetch may also stop once the rest is in flight at *live*
+consumers (:meth:`Ledger.covered`): a DataLoader asks its workers in turn, so a worker that
+waited for a sibling's ack would wait for itself.
+"""
+
+import time
+import uuid
+from typing import Dict, List, Set, Tuple
+
+import orjson
+
+from torchx_datapipes.queue.base import Broker
+
+PRODUCER_LOG = "_producer"  # the stream's own log: the producers' end markers, read by every group
+
+
+class Ledger:
+    def __init__(self, broker: Broker, group: str, wait_s: float = 60.0) -> None:
+        self.broker, self.group, self.wait_s = broker, group, wait_s
+        self.claims: Dict[str, str] = {}  # id -> the winning claim's nonce
+        self.done: Dict[str, int] = {}  # id -> records
+        self.done_by_job: Dict[str, int] = {}
+        self.ends: Dict[str, int] = {}  # job -> total records
+        self.reports: Dict[str, Dict[str, int]] = {}  # consumer -> its last stats report
+        self.holders: Dict[str, Tuple[str, str, int]] = {}  # claimed id -> (consumer, job, records)
+        self.alive_at: Dict[str, int] = {}  # consumer -> log position of its last heartbeat or claim
+        self.applied = 0  # entries read so far (a position in log order, no clocks)
+        self._nonces: Set[str] = set()
+
+    def _apply(self, raw: bytes) -> None:
+        e = orjson.loads(raw)
+        self.applied += 1
+        k, mid = e["k"], e.get("id", "")
+        if k == "c":
+            self.claims.setdefault(mid, e["o"])
+            self._nonces.add(e["o"])
+            if mid not in self.done and "c" in e:
+                self.holders[mid] = (e["c"], e["j"], int(e["n"]))
+                self.alive_at[e["c"]] = self.applied
+        elif k == "d":
+            self.claims.setdefault(mid, "")
+            self.holders.pop(mid, None)
+            if mid not in self.done:
+                self.done[mid] = int(e["n"])
+                self.done_by_job[e["j"]] = self.done_by_job.get(e["j"], 0) + int(e["n"])
+        elif k == "e":
+            self.ends[e["j"]] = int(e["n"])
+        elif k == "s":
+            self.reports[e["c"]] = e["s"]
+        elif k == "h":
+            self.alive_at[e["c"]] = self.applied
+        elif k == "m":
+            self._nonces.add(e["o"])
+
+    def refresh(self, block_s: float = 0.0) -> int:
+        """Read what the group's log and the producer's log (end markers) hold now."""
+        entries = self.broker.log_read(self.group, block_s)
+        for raw in [*self.broker.log_read(PRODUCER_LOG, 0.0), *entries]:
+            self._apply(raw)
+        return len(entries)
+
+    def sync(self) -> None:
+        """Read both logs up to now exactly: append a marker to each and read until both come back."""
+        nonces = [uuid.uuid4().hex, uuid.uuid4().hex]
+        self.broker.log_append(PRODUCER_LOG, orjson.dumps({"k": "m", "o": nonces[0]}))
+        self._append({"k": "m", "o": nonces[1]})
+        self._wait(nonces, "a sync marker")
+
+    def _wait(self, nonces: List[str], what: str) -> None:
+        deadline = time.monotonic() + self.wait_s
+        while not all(n in self._nonces for n in nonces):
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{what} did not come back from the group log in {self.wait_s:g}s")
+            self.refresh(0.05)
+            for raw in self.broker.log_read(PRODUCER_LOG, 0.0):
+                self._apply(raw)
+
+    def _append(self, entry: Dict[str, object]) -> None:
+        self.broker.log_append(self.group, orjson.dumps(entry))
+
+    def claim(self, mid: str, consumer: str, job: str, n: int) -> bool:
+        """True if this consumer delivers message ``mid`` (its claim is the first in the log)."""
+        self.refresh()
+        if mid in self.claims:
+            return False
+        nonce = uuid.uuid4().hex
+        self._append({"k": "c", "id": mid, "o": nonce, "c": consumer, "j": job, "n": n})
+        self._wait([nonce], f"the claim of {mid}")
+        return self.claims[mid] == nonce
+
+    def mark_claimed(self, mid: str, consumer: str, job: str, n: int) -> None:
+        """A redelivered message this consumer delivers (it holds it now; later copies are duplicates)."""
+        self._append({"k": "c", "id": mid, "o": uuid.uuid4().hex, "c": consumer, "j": job, "n": n})
+
+    def heartbeat(self, consumer: str) -> None:
+        self._append({"k": "h", "c": consumer})
+
+    def is_done(self, mid: str) -> bool:
+        self.sync()
+        return mid in self.done
+
+    def mark_done(self, mid: str, job: str, n: int) -> None:
+        self._append({"k": "d", "id": mid, "j": job, "n": n})
+
+    def mark_end(self, job: str, total: int) -> None:
+        self._append({"k": "e", "j": job, "n": total})
+
+    def report(self, consumer: str, stats: Dict[str, int]) -> None:
+        """A consumer's counters, kept in the log so that ``QueueDataset.stats()`` sees every rank's."""
+        self._append({"k": "s", "c": consumer, "s": stats})
+
+    def finished(self) -> bool:
+        return any(self.done_by_job.get(job, 0) >= total for job, total in self.ends.items())
+
+    def covered(self, me: str, since: int) -> bool:
+        """Every job with an end marker is done, or the rest is held by consumers (not ``me``) that showed
+        life (a heartbeat or a claim) after log position ``since``: a consumer that died holding messages
+        beats no more, so the others wait for the broker to hand its messages over."""
+        if not self.ends:
+            return False
+        held: Dict[str, int] = {}
+        for consumer, job, n in self.holders.values():
+            if consumer != me and self.alive_at.get(consumer, -1) > since:
+                held[job] = held.get(job, 0) + n
+        return all(self.done_by_job.get(j, 0) + held.get(j, 0) >= t for j, t in self.ends.items())
+
+    def progress(self) -> Dict[str, object]:
+        return {"done": dict(self.done_by_job), "ends": dict(self.ends), "messages_done": len(self.done)}

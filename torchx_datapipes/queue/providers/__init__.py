@@ -1,0 +1,1 @@
+"""Queue backends, one module each (imported lazily by ``queue/registry.py``)."""

@@ -1,0 +1,165 @@
+"""RabbitMQ: ``amqp://user:pw@host:5672/vhost?queue=NAME`` (``amqps://`` for TLS).
+
+- data: a durable **quorum** queue ``NAME`` (replicated, persistent, with a delivery count);
+  messages are persistent and published with publisher confirms (``mandatory``), so
+  ``publish`` returns once the broker has them;
+- consumers share the queue (each message to one of them; ``basic.get``, ``prefetch`` at a time);
+  the broker requeues a consumer's unacked messages, flagged ``redelivered``, as soon as its
+  connection closes (a killed process) or misses heartbeats (``claim_after_s``);
+- the group log is the durable **stream** queue ``NAME.log.GROUP`` (RabbitMQ >= 3.9).
+
+A queue feeds one group (each message goes to one consumer of the queue). RabbitMQ has no
+broker-side dedup without a plugin: copies of a message id are dropped by the consumers.
+"""
+
+import time
+import urllib.parse
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+import pika
+from pika import exceptions as px
+
+from torchx_datapipes.queue.base import Broker, Delivery
+from torchx_datapipes.queue.url import QueueURL
+from torchx_datapipes.secrets import resolve
+
+
+class RabbitBroker(Broker):
+    ERRORS = (
+        px.AMQPConnectionError,
+        px.AMQPChannelError,
+        px.ChannelWrongStateError,
+        ConnectionError,
+        OSError,
+    )
+    START_HINT = "start RabbitMQ (rabbitmq-server -detached)"
+
+    def __init__(self, spec: QueueURL, log: Any = None) -> None:
+        super().__init__(spec, log)
+        self._conn: Optional[pika.BlockingConnection] = None
+        self._ch: Any = None
+        self._gen = 0
+        self._logs: Dict[str, Any] = {}  # group -> channel
+        self._log_inbox: Dict[str, List[Tuple[int, bytes]]] = {}
+        self._log_next: Dict[str, int] = {}  # group -> next stream offset to read
+
+    def _params(self) -> pika.URLParameters:
+        parts = urllib.parse.urlsplit(resolve(self.spec.url))
+        params = pika.URLParameters(f"{parts.scheme}://{parts.netloc}{parts.path or '/'}")
+        t = float(self.spec.opt("timeout"))
+        params.socket_timeout = t
+        params.blocked_connection_timeout = max(t, 30.0)
+        params.connection_attempts = 1
+        # No AMQP heartbeats: a BlockingConnection answers them only inside its own calls, so a consumer
+        # whose trainer is slow (or a DataLoader worker waiting for its turn) would be disconnected and
+        # its messages requeued. A dead process closes its socket, and the broker requeues at once.
+        params.heartbeat = 0
+        return params
+
+    def _connect(self) -> None:
+        self._conn = pika.BlockingConnection(self._params())
+        self._gen += 1
+        self._ch = self._conn.channel()
+        self._ch.confirm_delivery()
+        self._ch.queue_declare(self.spec.name, durable=True, arguments={"x-queue-type": "quorum"})
+        self._logs = {}
+        self._log_inbox = {}
+
+    def _disconnect(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            try:
+                conn.close()
+            except Exception:
+                pass
+
+    def _forget(self) -> None:
+        self._conn = None
+
+    def _publish(self, body: bytes, msg_id: str) -> None:
+        props = pika.BasicProperties(delivery_mode=2, message_id=msg_id)
+        self._ch.basic_publish("", self.spec.name, body, properties=props, mandatory=True)
+
+    def _backlog(self) -> int:
+        return int(self._ch.queue_declare(self.spec.name, passive=True).method.message_count)
+
+    def _pump(self, ready: Any, block_s: float) -> None:
+        assert self._conn is not None
+        deadline = time.monotonic() + block_s
+        self._conn.process_data_events(time_limit=0)
+        while not ready() and time.monotonic() < deadline:
+            self._conn.process_data_events(time_limit=max(0.0, deadline - time.monotonic()))
+
+    def _fetch(self, group: str, consumer: str, n: int, block_s: float) -> List[Delivery]:
+        # basic.get, not basic.consume: the broker never pushes a message into a consumer that is not
+        # asking (a DataLoader worker waiting for its turn would hold it unclaimed)
+        deadline = time.monotonic() + block_s
+        out: List[Delivery] = []
+        while len(out) < n:
+            method, _props, body = self._ch.basic_get(self.spec.name, auto_ack=False)
+            if method is None:
+                left = deadline - time.monotonic()
+                if out or left <= 0:
+                    break
+                time.sleep(min(0.02, left))
+                continue
+            out.append(Delivery(body, (self._gen, method.delivery_tag), bool(method.redelivered)))
+        return out
+
+    def _ack(self, group: str, delivery: Delivery) -> None:
+        gen, tag = delivery.tag
+        if gen != self._gen:  # its connection is gone: the broker requeued it (a redelivery, deduped)
+            return
+        self._ch.basic_ack(tag)
+
+    def _log_queue(self, group: str) -> str:
+        return f"{self.spec.name}.log.{group}"
+
+    def _declare_log(self, group: str) -> None:
+        self._ch.queue_declare(self._log_queue(group), durable=True, arguments={"x-queue-type": "stream"})
+
+    def _log_append(self, group: str, data: bytes) -> None:
+        if group not in self._logs:
+            self._declare_log(group)
+        self._ch.basic_publish(
+            "", self._log_queue(group), data, properties=pika.BasicProperties(delivery_mode=2)
+        )
+
+    def _tail(self, group: str) -> None:
+        if group in self._logs:
+            return
+        assert self._conn is not None
+        self._declare_log(group)
+        ch = self._conn.channel()
+        ch.basic_qos(prefetch_count=2000)
+        inbox = self._log_inbox.setdefault(group, [])
+
+        def on_entry(c: Any, method: Any, props: Any, body: bytes) -> None:
+            inbox.append((int((props.headers or {}).get("x-stream-offset", -1)), body))
+            c.basic_ack(method.delivery_tag)
+
+        ch.basic_consume(
+            self._log_queue(group), on_entry, arguments={"x-stream-offset": self._log_next.get(group, 0)}
+        )
+        self._logs[group] = ch
+
+    def _log_read(self, group: str, block_s: float) -> List[bytes]:
+        self._tail(group)
+        inbox = self._log_inbox[group]
+        self._pump(lambda: bool(inbox), block_s)  # (block_s 0: what has arrived; Ledger.sync reads it all)
+        out: List[bytes] = []
+        nxt = self._log_next.get(group, 0)
+        for offset, body in inbox:
+            if offset >= nxt:  # a stream may redeliver from the chunk start after a reconnect
+                out.append(body)
+                nxt = offset + 1
+        inbox.clear()
+        self._log_next[group] = nxt
+        return out
+
+    def _delete(self, groups: Sequence[str]) -> None:
+        self._ch.queue_delete(self.spec.name)
+        for g in groups:
+            self._ch.queue_delete(self._log_queue(g))
+        self._log_next = {}
+        self._ch.queue_declare(self.spec.name, durable=True, arguments={"x-queue-type": "quorum"})

@@ -1,0 +1,122 @@
+"""The transform op with a queue ``--output``: publish each unit's records instead of writing a part.
+
+The engine runs unchanged on ``--state`` (its "output"): units claimed per slot, a commit record
+per unit under ``--state/_units/``, the lease and ``_SUCCESS``. A unit's commit record is
+written only after every message of the unit was accepted by the broker, so a relaunch or a
+torchrun restart skips it and never publishes it again; a unit cut off mid-publication is
+published again from its first record with the same message ids ``(job, unit, seq)``, whose
+copies the broker (NATS) or the consumers (Redis, RabbitMQ) drop. The job id is made once per
+``--state`` (a new one after ``--overwrite True``). At the commit, rank 0 publishes the end
+marker with the total record count.
+"""
+
+import os
+import sys
+import uuid
+from typing import Any, Callable, Dict, List, Optional
+
+import orjson
+
+from torchx_datapipes.io.formats import UnitReader
+from torchx_datapipes.io.fs import fs_and_path, join
+from torchx_datapipes.io.layout import QUEUE_JOB
+from torchx_datapipes.io.units import Unit
+from torchx_datapipes.queue import Backpressure, Broker, UnitPublisher, open_queue, publish_end
+from torchx_datapipes.runner.apply import Applier
+from torchx_datapipes.runner.badrecords import ErrorSink
+from torchx_datapipes.runner.context import PassContext
+from torchx_datapipes.runner.memo import Memo, stats_delta, summarize
+from torchx_datapipes.secrets import SECRET_OPTIONS, resolve, split_credentials, strip_options
+
+JOB_FILE = QUEUE_JOB
+
+
+def public(url: str) -> str:
+    """The queue URL without password options or userinfo (for the fingerprint and the manifest)."""
+    return strip_options(split_credentials(url)[0], SECRET_OPTIONS)
+
+
+class QueueTransformOp:
+    name = "transform"
+
+    def __init__(
+        self,
+        fn: Callable[..., Any],
+        queue: str,
+        state: str,
+        on_error: Any,
+        max_backlog: int,
+        memo: Optional[Memo] = None,
+    ) -> None:
+        self.fn, self.queue, self.state, self.on_error = fn, queue, state, on_error
+        self.max_backlog, self.memo = max_backlog, memo
+        self.job = ""
+        self._broker: Optional[Broker] = None
+
+    def options(self) -> Dict[str, Any]:
+        return {"queue": public(self.queue)}
+
+    def broker(self) -> Broker:
+        if self._broker is None:
+            self._broker = open_queue(resolve(self.queue))
+        return self._broker
+
+    def run(self, ctx: PassContext) -> None:
+        if ctx.rank == 0:
+            self._ensure_job_id()
+        ctx.barrier()
+        self.job = self._read_job_id()
+        ctx.run_pass("main", self.process)
+
+    def _ensure_job_id(self) -> None:
+        fs, path = fs_and_path(join(self.state, JOB_FILE))
+        if not fs.exists(path):
+            tmp = f"{path}.tmp-{os.getpid()}"
+            fs.pipe_file(tmp, orjson.dumps({"job": uuid.uuid4().hex[:16]}))
+            fs.mv(tmp, path)
+
+    def _read_job_id(self) -> str:
+        fs, path = fs_and_path(join(self.state, JOB_FILE))
+        return str(orjson.loads(fs.cat_file(path))["job"])
+
+    def process(self, unit: Unit, reader: UnitReader, sink: ErrorSink) -> Dict[str, Any]:
+        broker = self.broker()
+        pressure = Backpressure(broker, self.max_backlog)
+        pub = UnitPublisher(broker, self.job, unit.index, pressure)
+        applier = Applier(self.fn, self.on_error, self.memo)
+        before = self.memo.stats() if self.memo else None
+        for out in applier.run(reader.batches(), sink):
+            for i, err in pub.add(out):
+                sink.record_failed(applier.line_of(i), out[i], TypeError(err), stage="serialize")
+        pub.close()
+        meta: Dict[str, Any] = {
+            "records_out": pub.records, "filtered": applier.filtered, "outputs": [], "files": [],
+            "messages": pub.seq, "first_publish_at": pub.first_publish_at,
+            "backpressure_wait_s": round(pressure.waited_s, 3), "peak_backlog": pressure.peak,
+        }  # fmt: skip
+        if self.memo is not None and before is not None:
+            meta["cache"] = stats_delta(before, self.memo.stats())
+        return meta
+
+    def finalize(self, ctx: PassContext, metas: List[Dict[str, Any]]) -> Dict[str, Any]:
+        total = sum(int(m["records_out"]) for m in metas)
+        broker = self.broker()
+        publish_end(broker, self.job, total)
+        print(f"queue {broker.where}: end marker of job {self.job} published ({total:,} records)",
+              file=sys.stderr, flush=True)  # fmt: skip
+        broker.close()
+        firsts = [m["first_publish_at"] for m in metas if m.get("first_publish_at")]
+        return {
+            "records_out": total,
+            "filtered": sum(m["filtered"] for m in metas),
+            "output": public(self.queue),
+            "state": ctx.output,
+            "queue": {
+                "job": self.job, "messages": sum(int(m.get("messages", 0)) for m in metas),
+                "first_publish_at": min(firsts) if firsts else None, "max_backlog": self.max_backlog,
+                "backpressure_wait_s": round(sum(m.get("backpressure_wait_s", 0.0) for m in metas), 3),
+                "peak_backlog": max((int(m.get("peak_backlog", 0)) for m in metas), default=0),
+                "reconnects": broker.reconnects,
+            },
+            **({"cache": summarize(self.memo, metas)} if self.memo is not None else {}),
+        }  # fmt: skip
