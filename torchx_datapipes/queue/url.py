@@ -7,7 +7,7 @@ with every broker). Options common to every broker:
 ==================  =========  =====================================================================
 option              default    meaning
 ==================  =========  =====================================================================
-``batch``           1024       records per message (the producer sends fewer when a message is full)
+``batch``           8192       records per message (the producer sends fewer when a message is full)
 ``message_bytes``   524288     bytes per message before it is sent (a larger record goes alone)
 ``linger_s``        0.5        longest a partial message waits for more records before it is sent
 ``claim_after_s``   30         records a consumer held this long without acking go to another one
@@ -42,7 +42,7 @@ OPTION_TYPES: Dict[str, Callable[[str], Any]] = {
     **{name: str for name in SECRET_OPTIONS},
 }
 DEFAULTS: Dict[str, Any] = {
-    "batch": 1024,
+    "batch": 8192,
     "message_bytes": 512 * 1024,
     "linger_s": 0.5,
     "claim_after_s": 30.0,
