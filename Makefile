@@ -30,7 +30,7 @@ LITDATA_SPEC ?= litdata==0.2.76
 # a constraint, so it never resolves another torch.
 RAY_SPEC ?= ray[default]>=2.40
 
-$(VENV)/.installed-dev: $(VENV)/.installed pyproject.toml tests/plugins/tdp_testfmt/tdp_testfmt.py
+$(VENV)/.installed-dev: $(VENV)/.installed pyproject.toml tests/plugins/tdp_testfmt/tdp_testfmt.py tests/plugins/tdp_testfmt/pyproject.toml
 	$(PIP) install -q -e ".[dev]"
 	$(PIP) install -q ./tests/plugins/tdp_testfmt   # a plug-in format known by its entry points alone
 	$(PIP) install -q "$(RAY_SPEC)" "$(TORCH_SPEC)"

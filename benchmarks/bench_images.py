@@ -201,7 +201,7 @@ def _ref_main(argv: Sequence[str]) -> int:
 def read_ours(out: Path, names: Sequence[str]) -> tuple[int, dict[str, np.ndarray]]:
     import pyarrow.parquet as pq
 
-    from torchx_datapipes.io.writers.arrow import column_to_numpy
+    from torchx_datapipes.formats.parquet.arrow import column_to_numpy
 
     table = pq.read_table([str(p) for p in sorted(out.glob("part-*.parquet"))], columns=["name", "image"])
     got = table.column("name").to_pylist()

@@ -9,7 +9,7 @@ from typing import Any, Dict, List, Tuple
 import pytest
 from tdp_testutil import make_dataset, part_bytes, run_op
 
-from torchx_datapipes.io.units import Unit
+from torchx_datapipes.formats.planning import Unit
 from torchx_datapipes.options import OptionError
 from torchx_datapipes.runner.badrecords import RecordError
 from torchx_datapipes.runner.claim import Claimer, LocalCounters, StoreCounters, claim_order, counter_names

@@ -12,7 +12,7 @@ from typing import List, Tuple
 
 import pytest
 
-from torchx_datapipes.io.inputs.csv_lines import RecordLines
+from torchx_datapipes.formats.csv.lines import RecordLines
 
 Rec = Tuple[int, int, bool]
 

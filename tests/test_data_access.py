@@ -17,15 +17,11 @@ from s3_fixture import S3Server
 from torch.utils.data import DataLoader
 from torchdata.nodes import Batcher, Loader
 
-from torchx_datapipes.data import (
-    OutputDataset,
-    OutputMapDataset,
-    _files,
-    _formats,
-    _parquet,
-    _registry,
-    merge_states,
-)
+from torchx_datapipes.data import OutputDataset, OutputMapDataset, merge_states
+from torchx_datapipes.formats import chunks as _formats
+from torchx_datapipes.formats import registry as _registry
+from torchx_datapipes.formats.parquet import reader as _parquet
+from torchx_datapipes.io import partfiles as _files
 
 N = 157
 

@@ -7,8 +7,10 @@ import pytest
 from data_testutil import ids, loader_ids, transform_output
 from torchdata.stateful_dataloader import StatefulDataLoader
 
-from torchx_datapipes.data import OutputDataset, _formats, _registry
+from torchx_datapipes.data import OutputDataset
 from torchx_datapipes.data._parts import Part, load_parts
+from torchx_datapipes.formats import chunks as _formats
+from torchx_datapipes.formats import registry as _registry
 
 SIZES = [60, 50, 47]
 N = sum(SIZES)

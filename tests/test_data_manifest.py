@@ -7,7 +7,8 @@ from typing import Any
 import pytest
 from data_testutil import split_output, transform_output
 
-from torchx_datapipes.data import OutputDataset, OutputMapDataset, _files
+from torchx_datapipes.data import OutputDataset, OutputMapDataset
+from torchx_datapipes.io import partfiles as _files
 
 
 @pytest.fixture(scope="module")

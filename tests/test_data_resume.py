@@ -7,7 +7,9 @@ import pytest
 from data_testutil import transform_output
 from torchdata.stateful_dataloader import StatefulDataLoader
 
-from torchx_datapipes.data import OutputDataset, _files, _registry, merge_states
+from torchx_datapipes.data import OutputDataset, merge_states
+from torchx_datapipes.formats import registry as _registry
+from torchx_datapipes.io import partfiles as _files
 
 N = 389  # prime
 

@@ -121,7 +121,7 @@ def test_more_ranks_than_records(tmp_path: Path) -> None:
 def test_in_order_parquet_streams_row_groups_from_any_row(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from torchx_datapipes.data import _parquet
+    from torchx_datapipes.formats.parquet import reader as _parquet
 
     out = transform_output(tmp_path, [40, 57], "parquet")
     monkeypatch.setattr(_parquet, "STREAM_ROWS", 7)  # batches straddle every span boundary
@@ -142,7 +142,7 @@ def test_parquet_streams_serve_what_jsonl_chunks_serve(
 ) -> None:
     """Same chunk sizes (one per part), same epoch order: Parquet's progressive decoding (tiny
     batches straddling windows, spans and pads) must serve exactly the JSON Lines records."""
-    from torchx_datapipes.data import _parquet
+    from torchx_datapipes.formats.parquet import reader as _parquet
 
     pq_out = transform_output(tmp_path, [300, 0, 5000 - 4587, 300], "parquet")
     monkeypatch.setattr(_parquet, "STREAM_ROWS", 7)

@@ -14,12 +14,13 @@ import torch
 from data_testutil import ident, make_input, split_output, transform_output
 from tdp_testutil import run_op
 
-from torchx_datapipes.data import OutputDataset, _tar
-from torchx_datapipes.data._decode import member_decoder
+from torchx_datapipes.data import OutputDataset
 from torchx_datapipes.data._parts import load_parts
-from torchx_datapipes.data._registry import clear_caches
+from torchx_datapipes.formats.registry import clear_caches
+from torchx_datapipes.formats.webdataset import reader as _tar
+from torchx_datapipes.formats.webdataset.decode import member_decoder
+from torchx_datapipes.formats.webdataset.tarindex import decode
 from torchx_datapipes.io.layout import tar_index_file
-from torchx_datapipes.io.tarindex import decode
 
 SIZES = [60, 50, 47]
 

@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 import torch
 
-from torchx_datapipes.data._decode import npy_tensor
-from torchx_datapipes.data._tar import _tarfile_headers, scan_headers
+from torchx_datapipes.formats.webdataset.decode import npy_tensor
+from torchx_datapipes.formats.webdataset.reader import _tarfile_headers, scan_headers
 
 
 def _tar(members: list, fmt: int = tarfile.USTAR_FORMAT) -> bytes:

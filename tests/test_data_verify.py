@@ -20,12 +20,15 @@ from data_testutil import ident, make_input, transform_output
 from tdp_testutil import run_op
 from torch.utils.data import DataLoader
 
-from torchx_datapipes.data import OutputDataset, _formats, _registry, _verify
+from torchx_datapipes.data import OutputDataset
 from torchx_datapipes.data._parts import OutsideOutputError
-from torchx_datapipes.data._verify import PartModifiedError
+from torchx_datapipes.formats import chunks as _formats
+from torchx_datapipes.formats import registry as _registry
+from torchx_datapipes.formats.webdataset.tarindex import decode
 from torchx_datapipes.io import blocksums
+from torchx_datapipes.io import verify as _verify
 from torchx_datapipes.io.checksum import sum_bytes
-from torchx_datapipes.io.tarindex import decode
+from torchx_datapipes.io.verify import PartModifiedError
 
 SIZES = [40, 60, 30]  # part 1 holds ids 40..99
 PART1 = set(range(40, 100))

@@ -13,18 +13,16 @@ from tdp_testutil import run_op
 from torchx_datapipes import components
 from torchx_datapipes.appdef import InvalidArgumentError
 from torchx_datapipes.data import OutputDataset
-from torchx_datapipes.io import writers
-from torchx_datapipes.io.inputs import registry
+from torchx_datapipes.formats import registry
 
 PLUGIN = Path(__file__).parent / "plugins" / "tdp_testfmt"
 
 
 def test_the_plugin_is_installed_by_entry_points_and_named_nowhere_in_the_package() -> None:
     assert {ep.name for ep in entry_points(group="torchx_datapipes.formats")} >= {"ndj"}
-    assert {ep.name for ep in entry_points(group="torchx_datapipes.writers")} >= {"ndj"}
     pkg = Path(components.__file__).parent
     assert not [p for p in pkg.rglob("*.py") if "ndj" in p.read_text().replace("ndjson", "")]
-    assert "ndj" in registry.format_names() and "ndj" in writers.writer_names()
+    assert "ndj" in registry.input_names() and "ndj" in registry.output_names()
 
 
 def _tag(rec: Dict[str, Any]) -> Dict[str, Any]:
@@ -55,18 +53,18 @@ def test_input_output_and_reader_through_the_plugin(tmp_path: Path, monkeypatch:
 
 
 def test_a_writer_without_a_reader_is_refused_by_output_dataset_naming_the_fix(tmp_path: Path) -> None:
-    from torchx_datapipes.io.writers.jsonl import JsonlPart
+    from torchx_datapipes.formats.jsonl.writer import JsonlPart
 
     class NoReader(JsonlPart):
         ext = "nr"
         reader = None
 
-    writers.register_writer("nr", NoReader)
+    registry.register_writer("nr", NoReader)
     try:
         (tmp_path / "in").mkdir()
         (tmp_path / "in" / "a.jsonl").write_bytes(b'{"i": 1}\n')
         run_op("transform", str(tmp_path / "in"), tmp_path / "o", "--output_format", "nr", fn=_tag)
-        with pytest.raises(ValueError, match=r"'nr'.*declares no reader.*reader = 'module:Class'"):
+        with pytest.raises(ValueError, match=r"'nr'.*declares no reader.*reader='module:Class'"):
             OutputDataset(str(tmp_path / "o"))
     finally:
-        writers._REGISTERED.pop("nr", None)
+        registry.unregister("nr")

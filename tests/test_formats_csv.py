@@ -8,10 +8,10 @@ import orjson
 import pytest
 from tdp_testutil import read_output, run_op
 
-from torchx_datapipes.io.formats import UnitReader
-from torchx_datapipes.io.inputs import csv as csv_mod
-from torchx_datapipes.io.inputs import csv_infer
-from torchx_datapipes.io.units import plan_units
+from torchx_datapipes.formats.csv import infer as csv_infer
+from torchx_datapipes.formats.csv import input as csv_mod
+from torchx_datapipes.formats.planning import plan_units
+from torchx_datapipes.formats.reading import UnitReader
 
 
 def type_names(r: Dict[str, Any]) -> Dict[str, Any]:

@@ -10,10 +10,10 @@ import orjson
 import pytest
 from tdp_testutil import read_output, run_op
 
-from torchx_datapipes.io.formats import UnitReader
+from torchx_datapipes.formats.planning import plan_units
+from torchx_datapipes.formats.reading import UnitReader
+from torchx_datapipes.formats.webdataset.codec import member_field
 from torchx_datapipes.io.fs import expand_input_files
-from torchx_datapipes.io.units import plan_units
-from torchx_datapipes.io.wdscodec import member_field
 
 Image = pytest.importorskip("PIL.Image")
 
@@ -73,7 +73,7 @@ def test_files_are_grouped_into_units_by_size_from_the_input_alone(tmp_path: Pat
 
 def test_a_unit_holds_at_most_max_files_per_unit_files(tmp_path: Path) -> None:
     """Many small files are not one unit however large --unit_mb is: decoding is the cost, not bytes."""
-    from torchx_datapipes.io.inputs.files import MAX_FILES_PER_UNIT
+    from torchx_datapipes.formats.files import MAX_FILES_PER_UNIT
 
     n = 8 * MAX_FILES_PER_UNIT + 3
     files = [(str(tmp_path / f"f{i:04d}.bin"), 10, 1.0) for i in range(n)]

@@ -9,11 +9,11 @@ from tdp_testutil import make_dataset
 
 from torchx_datapipes import components
 from torchx_datapipes.appdef import InvalidArgumentError
-from torchx_datapipes.io.formats import UnitReader
-from torchx_datapipes.io.inputs import registry
-from torchx_datapipes.io.inputs.base import Batches, InputFormat, compression_of
-from torchx_datapipes.io.inputs.planning import check_input_formats
-from torchx_datapipes.io.units import plan_units
+from torchx_datapipes.formats import registry
+from torchx_datapipes.formats.base import Batches, InputFormat, compression_of
+from torchx_datapipes.formats.format import Format
+from torchx_datapipes.formats.planning import check_input_formats, plan_units
+from torchx_datapipes.formats.reading import UnitReader
 
 
 @pytest.fixture
@@ -84,14 +84,16 @@ def test_register_format_is_one_class(tmp_path: Path) -> None:
         with pytest.raises(ValueError, match="already registered"):
             registry.register_format("upper", Upper)
     finally:
-        registry._REGISTERED.pop("upper")
-        registry._CACHE.clear()
+        registry.unregister("upper")
 
 
 def test_missing_extra_gives_an_install_hint(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setitem(registry._KNOWN, "fancy", ("no_such_module_tdp:Fancy", "fancy"))
-    with pytest.raises(ImportError, match=r"pip install 'torchx-datapipes\[fancy\]'"):
-        registry.format_class("fancy")
+    registry.register_format(Format("fancy", input="no_such_module_tdp:Fancy", extra="fancy"))
+    try:
+        with pytest.raises(ImportError, match=r"pip install 'torchx-datapipes\[fancy\]'"):
+            registry.input_class("fancy")
+    finally:
+        registry.unregister("fancy")
 
 
 def test_json_file_that_is_json_lines_stays_json_lines(tmp_path: Path) -> None:

@@ -15,7 +15,7 @@ from tdp_testutil import read_output, run_op
 
 from torchx_datapipes import components
 from torchx_datapipes.appdef import InvalidArgumentError
-from torchx_datapipes.io.inputs import columns, registry
+from torchx_datapipes.formats import columns, registry, spec
 from torchx_datapipes.options import ops
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -175,9 +175,9 @@ def test_header_false_takes_names_from_a_schema_listing_every_column(tmp_path: P
 def test_header_option_in_the_spec_and_the_format_spec() -> None:
     for op in ("transform", "split", "stats"):
         assert [o for o in ops.SPECS[op].options if o.name == "header"][0].type == "bool"
-    spec = registry.encode_spec("csv", "a:int", None, "", False)
-    assert registry.decode_spec(spec)[1].header is False
-    assert registry.decode_spec(registry.encode_spec("csv", "a:int"))[1].header is True
+    encoded = spec.encode_spec("csv", "a:int", None, "", False)
+    assert spec.decode_spec(encoded)[1].header is False
+    assert spec.decode_spec(spec.encode_spec("csv", "a:int"))[1].header is True
 
 
 # -- 3. strptime formats ------------------------------------------------------------------------
@@ -224,7 +224,7 @@ def test_header_reaches_the_runner_command(tmp_path: Path) -> None:
 
 # -- 4. format lists from the registry ----------------------------------------------------------
 def _named(text: str) -> List[str]:
-    return [n for n in registry.builtin_format_names() if re.search(rf"\b{n}\b", text)]
+    return [n for n in registry.builtin_input_names() if re.search(rf"\b{n}\b", text)]
 
 
 def test_docs_options_lists_every_registered_format() -> None:
@@ -236,15 +236,42 @@ def test_docs_options_lists_every_registered_format() -> None:
     spec.loader.exec_module(gen)
     rows = [ln for ln in (ROOT / "docs/options.md").read_text().splitlines() if ln.startswith("| `format` |")]
     assert rows == [gen.format_row()], "run python scripts/gen_format_docs.py"
-    assert _named(rows[0]) == list(registry.builtin_format_names())
+    assert _named(rows[0]) == list(registry.builtin_input_names())
 
 
 def test_format_help_and_component_docstrings_list_every_registered_format() -> None:
     help_text = [o for o in ops.SPECS["transform"].options if o.name == "format"][0].help
-    assert _named(help_text) == list(registry.builtin_format_names())
+    assert _named(help_text) == list(registry.builtin_input_names())
     for op in ("transform", "split", "stats"):
         doc = getattr(components, op).__doc__ or ""
         block = doc.split("        format:", 1)[1].split(
             "\n        output_format:" if op == "transform" else "\n        schema:"
         )[0]
-        assert _named(block) == list(registry.builtin_format_names()), op
+        assert _named(block) == list(registry.builtin_input_names()), op
+
+
+@pytest.mark.parametrize(
+    "fmt, extra, message",
+    [
+        (
+            "jsonl",
+            {"delimiter": ";"},
+            r"--delimiter is not read by --format jsonl \(it takes no format option\)",
+        ),
+        ("json", {"schema": "a:int", "header": "false"}, r"--schema, --header are not read by --format json"),
+        ("parquet", {"na_values": "-"}, r"--na_values is not read by --format parquet.*use --format csv"),
+    ],
+)
+def test_a_format_option_the_format_does_not_read_is_refused_on_the_client(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fmt: str, extra: Dict[str, str], message: str
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "t.py").write_text("def f(r):\n    return r\n")
+    (tmp_path / "in").mkdir()
+    (tmp_path / "in" / "a.jsonl").write_text('{"a": 1}\n')
+    with pytest.raises(InvalidArgumentError, match=message):
+        components.transform(
+            fn="t.py:f", input=str(tmp_path / "in"), output=str(tmp_path / "o"), format=fmt, **extra
+        )
+    # the format that reads them takes them, and auto checks nothing (its files may be of any format)
+    components.transform(fn="t.py:f", input=str(tmp_path / "in"), output=str(tmp_path / "o"), delimiter=";")

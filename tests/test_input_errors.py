@@ -31,7 +31,7 @@ def errors_of(out: Path) -> List[Dict[str, Any]]:
 
 
 def test_deep_nesting_with_a_big_integer_is_a_bad_record(tmp_path: Path) -> None:
-    """Was an uncaught RecursionError killing the job under --on_error skip (io/bigints.py)."""
+    """Was an uncaught RecursionError killing the job under --on_error skip (formats/jsonl/bigints.py)."""
     deep = 1010  # orjson takes it; the exact parser (stdlib json, recursive) for 19+ digits cannot
     f = tmp_path / "d/deep.jsonl"
     f.parent.mkdir()

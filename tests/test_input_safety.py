@@ -18,9 +18,9 @@ import torchx_datapipes as tdp
 from torchx_datapipes import artifact, components
 from torchx_datapipes.appdef import InvalidArgumentError
 from torchx_datapipes.errors import InputError
-from torchx_datapipes.io.formats import UnitReader
+from torchx_datapipes.formats.planning import Unit, plan_units
+from torchx_datapipes.formats.reading import UnitReader
 from torchx_datapipes.io.fs import expand_input_files, expand_inputs
-from torchx_datapipes.io.units import Unit, plan_units
 from torchx_datapipes.runner.main import main
 
 

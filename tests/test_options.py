@@ -157,7 +157,7 @@ CLI_BAD = [
     (["--on_error", "ignore"], "--on_error must be one of raise, skip; got 'ignore'"),
     (
         ["--output_format", "csv"],
-        "--output_format must be a known output format (unknown output format 'csv'",
+        "--output_format must be a known output format (an input format with no writer: 'csv'",
     ),
     (
         ["--overwrite", "maybe"],

@@ -21,9 +21,9 @@ import orjson
 import pytest
 from tdp_testutil import read_output, run_op, write_jsonl
 
-from torchx_datapipes.io.formats import UnitReader
+from torchx_datapipes.formats.planning import plan_units
+from torchx_datapipes.formats.reading import UnitReader
 from torchx_datapipes.io.stale import is_stale_tmp
-from torchx_datapipes.io.units import plan_units
 from torchx_datapipes.runner.badrecords import RecordError
 
 MiB = 1 << 20
@@ -75,8 +75,8 @@ def test_a_huge_line_is_a_bad_record_naming_file_line_and_size(tmp_path: Path) -
 MEMORY_PROBE = textwrap.dedent(
     """
     import json, os, resource, sys, tracemalloc
-    from torchx_datapipes.io.formats import UnitReader
-    from torchx_datapipes.io.units import plan_units
+    from torchx_datapipes.formats.reading import UnitReader
+    from torchx_datapipes.formats.planning import plan_units
 
     path = sys.argv[1]
     (unit,) = plan_units([(path, os.path.getsize(path))], unit_mb=1024, max_record_mb=16)

@@ -66,7 +66,7 @@ REFUSED: Dict[str, set] = {
     # the test plug-in (tests/plugins/tdp_testfmt, installed by make test): JSON Lines by entry points
     "ndj": {"bytes", "nan", "inf", "ninf", "t_float32_nan"},
 }
-# a None in WebDataset is not a member: it reads back as a missing field (documented in io/wdscodec.py)
+# a None in WebDataset is not a member: it reads back as a missing field (formats/webdataset/codec.py)
 MISSING_AS_NONE = {"webdataset": {"none"}}
 # documented encodings NOT yet reversed on read (the contract's open item): JSON Lines writes
 # arrays and tensors as nested lists (write Parquet or WebDataset to keep dtype and shape)

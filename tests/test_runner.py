@@ -11,8 +11,8 @@ from tdp_testutil import canon, make_dataset, read_output, records, run_op, writ
 import torchx_datapipes as tdp
 from torchx_datapipes import artifact
 from torchx_datapipes.errors import ArtifactIntegrityError, DatapipesError, OutputExistsError
+from torchx_datapipes.formats.planning import assign, plan_units
 from torchx_datapipes.io.fs import expand_inputs
-from torchx_datapipes.io.units import assign, plan_units
 from torchx_datapipes.runner.badrecords import RecordError
 from torchx_datapipes.runner.main import main
 

@@ -20,8 +20,8 @@ import pyarrow.parquet as pq
 import pytest
 from tdp_testutil import run_op
 
-from torchx_datapipes.io.formats import UnitReader
-from torchx_datapipes.io.units import plan_units
+from torchx_datapipes.formats.planning import plan_units
+from torchx_datapipes.formats.reading import UnitReader
 from torchx_datapipes.stats import StatsConfig, StatsPartial, columnar
 
 REL = 1e-9

@@ -1,4 +1,4 @@
-"""``io/writers/tarstream.py`` writes the exact bytes ``tarfile`` (PAX format, stream mode) writes."""
+"""``formats/webdataset/tarstream.py`` writes the exact bytes ``tarfile`` (PAX format, stream mode) writes."""
 
 import io
 import tarfile
@@ -6,7 +6,7 @@ from typing import List, Tuple
 
 import pytest
 
-from torchx_datapipes.io.writers.tarstream import TarStream, member_header
+from torchx_datapipes.formats.webdataset.tarstream import TarStream, member_header
 
 NAMES = [
     "a",

@@ -5,9 +5,12 @@ from typing import Any, List
 
 import pytest
 
-from torchx_datapipes.io import writers
-from torchx_datapipes.io.writers import OUTPUT_FORMATS, PartWriter, part_name, register_writer, writer_class
-from torchx_datapipes.io.writers.base import BasePart, Failures
+from torchx_datapipes.formats import registry
+from torchx_datapipes.formats.registry import builtin_output_names, register_writer, writer_class
+from torchx_datapipes.formats.writer import BasePart, Failures
+from torchx_datapipes.formats.writing import PartWriter, part_name
+
+OUTPUT_FORMATS = builtin_output_names()
 
 
 class CsvIds(BasePart):
@@ -30,8 +33,10 @@ def test_builtin_formats_and_names() -> None:
     assert part_name(3, "webdataset", prefix="train") == "train/part-00003.tar"
     assert part_name(3, "parquet") == "part-00003.parquet" and part_name(3, "jsonl") == "part-00003.jsonl"
     with pytest.raises(
-        ValueError, match="unknown output format 'csv'; use one of jsonl, parquet, webdataset"
+        ValueError, match="unknown output format 'csvv'; use one of jsonl, parquet, webdataset, ndj"
     ):
+        writer_class("csvv")
+    with pytest.raises(ValueError, match="an input format with no writer: 'csv'; use one of jsonl, parquet"):
         writer_class("csv")
 
 
@@ -45,7 +50,7 @@ def test_a_registered_writer_is_one_class_and_one_line(tmp_path: Path) -> None:
         assert (tmp_path / "part-00000.ids").read_text() == "1\n3\n" and w.records == 2
         assert w.file_sum("part-00000.ids").size == 4
     finally:
-        writers._REGISTERED.pop("ids")
+        registry.unregister("ids")
 
 
 def test_an_aborted_part_leaves_nothing(tmp_path: Path) -> None:

@@ -59,7 +59,7 @@ def test_drifting_types_give_one_table_for_1_and_2_workers(tmp_path: Path, drift
     assert rows[0]["w"] is None and rows[1]["w"] == "x"  # a field missing from the first record is kept
     assert rows[2]["v"] == 2.0 and rows[101]["v"] == 1.5 and rows[101]["s"] == "s1"
     # vec has shape (2,) in one file and (3,) in the other: the variable layout, values kept
-    from torchx_datapipes.io.writers.arrow import column_to_numpy, is_variable_tensor
+    from torchx_datapipes.formats.parquet.arrow import column_to_numpy, is_variable_tensor
 
     assert is_variable_tensor(types["vec"])
     vecs = column_to_numpy(table.column("vec"))
@@ -148,7 +148,7 @@ def test_types_arrow_cannot_widen_across_parts_stop_the_commit(tmp_path: Path, d
 
 
 def test_arrow_widening_rules() -> None:
-    from torchx_datapipes.io.writers.arrow import unify
+    from torchx_datapipes.formats.parquet.arrow import unify
 
     s = unify(
         [pa.schema([("a", pa.int8()), ("b", pa.null())]), pa.schema([("a", pa.int16()), ("b", pa.string())])]
@@ -165,7 +165,7 @@ def _late_drift(r: Dict[str, Any]) -> Dict[str, Any]:
 def test_row_groups_flushed_before_a_type_drift(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str], drift: bool
 ) -> None:
-    from torchx_datapipes.io.writers import parquet
+    from torchx_datapipes.formats.parquet import writer as parquet
 
     inp = write_jsonl(tmp_path / "in/a.jsonl", [{"id": i} for i in range(10)])
     fn = _late_drift if drift else typed
@@ -192,7 +192,7 @@ def test_row_groups_flushed_before_a_type_drift(
 
 def test_a_value_the_widened_type_cannot_hold_names_part_and_field(tmp_path: Path) -> None:
     from torchx_datapipes.errors import DatapipesError
-    from torchx_datapipes.io.writers import PartWriter
+    from torchx_datapipes.formats.writing import PartWriter
 
     w = PartWriter(str(tmp_path / "part-00000.parquet"), "parquet")
     assert w.write([{"a": 1}]) == [] and w.write([{"a": np.uint64(2**64 - 1)}]) == []

@@ -8,7 +8,7 @@ import pytest
 import torch
 from tdp_testutil import run_op, write_jsonl
 
-from torchx_datapipes.io.writers.arrow import column_to_numpy
+from torchx_datapipes.formats.parquet.arrow import column_to_numpy
 
 DTYPES = ["int8", "uint8", "int32", "int64", "float16", "float32", "float64", "bool"]
 SHAPES: List[tuple] = [(), (3,), (2, 3), (2, 1, 3), (2, 1, 2, 3)]

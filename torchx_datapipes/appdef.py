@@ -30,9 +30,10 @@ from torchx_datapipes.cluster import (
     place_paths,
 )
 from torchx_datapipes.errors import DatapipesError
+from torchx_datapipes.formats.planning import check_input_formats
+from torchx_datapipes.formats.registry import check_format_options
+from torchx_datapipes.formats.spec import encode_spec
 from torchx_datapipes.io.fs import InputFile, check_disjoint, check_io_disjoint, split_patterns
-from torchx_datapipes.io.inputs.planning import check_input_formats
-from torchx_datapipes.io.inputs.registry import encode_spec
 from torchx_datapipes.io.lease import refuse_if_held
 from torchx_datapipes.io.manifest import has_success, success_url
 from torchx_datapipes.io.ownership import check_writable, refuse_foreign
@@ -68,6 +69,11 @@ def build_app(op: str, arguments: Mapping[str, Any]) -> specs.AppDef:
     relative: Dict[str, str] = {}
     with client_checks():
         values = place_paths(spec.check(arguments), where, relative)
+        if "format" in values:
+            check_format_options(values["format"], {
+                "schema": bool(values["schema"]), "na_values": values["na_values"] is not None,
+                "delimiter": bool(values["delimiter"]), "header": not values["header"],
+            })  # fmt: skip
         commit_dir = _commit_dir(op, values, where)  # --state for a queue --output (docs/queue.md)
         local = validate_io(values["input"], commit_dir, values["overwrite"], where.shares_client_fs)
         if local is not None:  # elsewhere local paths are the job's mounts: the runner checks them
@@ -76,7 +82,7 @@ def build_app(op: str, arguments: Mapping[str, Any]) -> specs.AppDef:
                 from torchx_datapipes.stats.fieldcheck import check_local_fields
 
                 fmt = encode_spec(values["format"], values["schema"] or "", values["na_values"],
-                                  values["delimiter"] or "")  # fmt: skip
+                                  values["delimiter"] or "", values["header"])  # fmt: skip
                 check_local_fields(values["fields"], local, fmt, values["unit_mb"])
         validate_cache(values.get("cache"))
         if values.get("cache"):  # the secret goes to a 0600 file (or stays in the job's env), never on argv

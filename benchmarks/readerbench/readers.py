@@ -16,7 +16,7 @@ Every reader is handed to the same ``DataLoader(ds, batch_size, num_workers)`` (
 - ``ours-wds``: ``OutputDataset`` over our ``--output_format webdataset`` copy (tensors as
   ``.npy`` tar members: no Parquet list decoding).
 - ``ours-noverify``, ``ours-wds-noverify``: ``ours`` and ``ours-wds`` with the reader's checksum
-  verification switched off (``torchx_datapipes.data._verify.VERIFY``, a benchmark-only switch):
+  verification switched off (``torchx_datapipes.io.verify.VERIFY``, a benchmark-only switch):
   the baseline its cost is measured against (issue 23). Every other ``ours`` row verifies.
 """
 
@@ -82,7 +82,7 @@ def _litdata(c: Copies) -> Any:
 
 def set_verify(on: bool) -> None:
     """Switch the reader's checksum verification (DataLoader workers fork after it and inherit it)."""
-    from torchx_datapipes.data import _verify
+    from torchx_datapipes.io import verify as _verify
 
     _verify.VERIFY = on
 

@@ -2,10 +2,10 @@
 
 from typing import Sequence
 
-from torchx_datapipes.data._formats import ReadOptions
-from torchx_datapipes.data._parquet import ParquetFormat
-from torchx_datapipes.data._part import Part
 from torchx_datapipes.errors import ReadError
+from torchx_datapipes.formats.chunks import ReadOptions
+from torchx_datapipes.formats.parquet.reader import ParquetFormat
+from torchx_datapipes.io.part import Part
 
 
 def check_columns_exist(fmt: str, parts: Sequence[Part], opts: ReadOptions) -> None:

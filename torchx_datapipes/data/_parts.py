@@ -8,13 +8,13 @@ from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 import orjson
 
-from torchx_datapipes.data._part import OutsideOutputError, Part, confined
-from torchx_datapipes.data._paths import read_small
 from torchx_datapipes.errors import ReadError
+from torchx_datapipes.formats.registry import part_reader
+from torchx_datapipes.io.confine import read_small
 from torchx_datapipes.io.layout import SUCCESS, block_sums_file, tar_index_file
+from torchx_datapipes.io.part import OutsideOutputError, Part, confined
 
-FORMATS = ("jsonl", "parquet", "webdataset")
-__all__ = ["FORMATS", "OutsideOutputError", "Part", "confined", "load_parts"]
+__all__ = ["OutsideOutputError", "Part", "confined", "load_parts"]
 
 
 def _read_success(url: str, storage_options: Optional[Mapping[str, Any]]) -> Dict[str, Any]:
@@ -44,15 +44,12 @@ def _check_op(url: str, manifest: Mapping[str, Any]) -> str:
         )
     if op not in ("transform", "split"):
         raise ReadError(f"{url}/_SUCCESS has op {op!r}; OutputDataset reads 'transform' and 'split' outputs")
-    fmt = manifest.get("options", {}).get("output_format", "jsonl")
-    if fmt not in FORMATS:
-        from torchx_datapipes.data._registry import part_format
-
-        try:
-            part_format(fmt)  # a plug-in format whose writer declares a reader
-        except ReadError as e:
-            raise ReadError(f"{url}: {e}") from e
-    return str(fmt)
+    fmt = str(manifest.get("options", {}).get("output_format", "jsonl"))
+    try:
+        part_reader(fmt)  # the format registry: a built-in, or a plug-in format declaring a reader
+    except ReadError as e:
+        raise ReadError(f"{url}: {e}") from e
+    return fmt
 
 
 def _check_split(url: str, manifest: Mapping[str, Any], split: Optional[str]) -> None:

@@ -11,8 +11,8 @@ from typing import Callable, Dict, Iterator, List
 
 import numpy as np
 
-from torchx_datapipes.data._decode import Columns
 from torchx_datapipes.data._order import distinct
+from torchx_datapipes.formats.records import Columns
 
 OpenStream = Callable[[int], Iterator[Columns]]  # start row -> the chunk's rows from there on
 

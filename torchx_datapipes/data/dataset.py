@@ -10,18 +10,19 @@ from typing import TYPE_CHECKING, Any, Dict, Iterator, List, Mapping, Optional, 
 
 import torch.utils.data
 
-from torchx_datapipes.data import _args, _parquet
+from torchx_datapipes.data import _args
 from torchx_datapipes.data._columns import check_columns_exist
-from torchx_datapipes.data._decode import Columns
-from torchx_datapipes.data._formats import Chunk, PartFormat, ReadOptions, Record
 from torchx_datapipes.data._order import EpochOrder, distinct
 from torchx_datapipes.data._parts import Part, load_parts
 from torchx_datapipes.data._plan import Interval, pieces, plan_len, rank_span, split_span
 from torchx_datapipes.data._prefetch import read_ahead
-from torchx_datapipes.data._registry import part_format
 from torchx_datapipes.data._state import EPOCH_KEYS, VERSION, chunks_digest, plan_from_json, plan_to_json
 from torchx_datapipes.data._streams import ChunkStream, OpenStream, gather
 from torchx_datapipes.errors import ReadError
+from torchx_datapipes.formats.chunks import Chunk, PartFormat, ReadOptions, Record
+from torchx_datapipes.formats.parquet import reader as _parquet
+from torchx_datapipes.formats.records import Columns
+from torchx_datapipes.formats.registry import part_reader
 
 if TYPE_CHECKING:
     from torchx_datapipes.data.mapstyle import OutputMapDataset
@@ -115,7 +116,7 @@ class OutputDataset(torch.utils.data.IterableDataset):  # type: ignore[type-arg]
         self._format, parts = load_parts(url, split, storage_options)
         self._parts: Tuple[Part, ...] = tuple(parts)
         check_columns_exist(self._format, parts, self._opts)
-        per_part = all_chunk_sizes(part_format(self._format), parts, self._opts)
+        per_part = all_chunk_sizes(part_reader(self._format), parts, self._opts)
         self._chunks: Tuple[Tuple[int, int], ...] = tuple(
             (pi, ci) for pi, sizes in enumerate(per_part) for ci in range(len(sizes))
         )
@@ -193,7 +194,7 @@ class OutputDataset(torch.utils.data.IterableDataset):  # type: ignore[type-arg]
 
     def _segments(self, order: EpochOrder, todo: Todo) -> Segments:
         """Each segment's records (or columns) in epoch order, with its pad flag."""
-        fmt = part_format(self._format)
+        fmt = part_reader(self._format)
         if hasattr(fmt, "stream_chunk"):
             yield from self._streamed(fmt, order, todo)
             return

@@ -11,9 +11,9 @@ other column is what HF infers itself.
 
 from typing import Any, Dict, Mapping, Optional
 
-from torchx_datapipes.data._files import open_part
 from torchx_datapipes.data._parts import load_parts
 from torchx_datapipes.errors import ReadError
+from torchx_datapipes.io.partfiles import open_part
 
 
 def hf_features(

@@ -13,10 +13,10 @@ import torch.utils.data
 
 from torchx_datapipes.data import _args
 from torchx_datapipes.data._columns import check_columns_exist
-from torchx_datapipes.data._formats import ReadOptions, Record
 from torchx_datapipes.data._order import distinct
 from torchx_datapipes.data._parts import Part, load_parts
-from torchx_datapipes.data._registry import part_format
+from torchx_datapipes.formats.chunks import ReadOptions, Record
+from torchx_datapipes.formats.registry import part_reader
 
 
 class OutputMapDataset(torch.utils.data.Dataset):  # type: ignore[type-arg]
@@ -58,7 +58,7 @@ class OutputMapDataset(torch.utils.data.Dataset):  # type: ignore[type-arg]
     def __getitems__(self, indices: Sequence[int]) -> List[Record]:
         idx = np.array([self._check(i) for i in indices], dtype=np.int64)
         part_of = np.searchsorted(self._starts, idx, side="right") - 1
-        fmt = part_format(self._format)
+        fmt = part_reader(self._format)
         out: List[Optional[Record]] = [None] * len(idx)
         for p in distinct(part_of):
             where = np.flatnonzero(part_of == p)

@@ -6,7 +6,7 @@ hashes the whole part, which a training reader never does: it reads a chunk (a P
 hashed in fixed blocks of :data:`BLOCK` bytes as it is written (``xxh3_64`` per block, 8 bytes), and
 the digests are committed beside the part, listed in the unit's ``files`` with their own size and
 xxh3_128 like the part. A reader extends each byte range it reads to whole blocks, hashes exactly
-those bytes and compares before it decodes a record (``data/_verify.py``): ~0.1 ms a MB, and a
+those bytes and compares before it decodes a record (``io/verify.py``): ~0.1 ms a MB, and a
 flipped bit anywhere in a block it reads is an error naming the part and the byte range.
 
 The file is one JSON object (orjson)::

@@ -41,18 +41,18 @@ _HEADER_HELP = (
 
 
 def _input_format(value: Any) -> None:
-    from torchx_datapipes.io.inputs.registry import format_class
+    from torchx_datapipes.formats.registry import input_class
 
     if value != "auto":
         try:
-            format_class(value)
+            input_class(value)
         except ValueError as e:
             raise ValueError(f"must be auto or a known input format ({e})") from e
 
 
 def _output_format(value: Any) -> None:
     """Any writer the registry knows (built-in, entry point, or register_writer): none is hard-coded."""
-    from torchx_datapipes.io.writers import writer_class
+    from torchx_datapipes.formats.writing import writer_class
 
     try:
         writer_class(value)
@@ -63,7 +63,7 @@ def _output_format(value: Any) -> None:
 
 
 def _schema(value: Any) -> None:
-    from torchx_datapipes.io.inputs.registry import parse_schema
+    from torchx_datapipes.formats.spec import parse_schema
 
     try:
         parse_schema(value)
@@ -72,7 +72,7 @@ def _schema(value: Any) -> None:
 
 
 def _delimiter(value: Any) -> None:
-    from torchx_datapipes.io.inputs.registry import parse_delimiter
+    from torchx_datapipes.formats.spec import parse_delimiter
 
     try:
         parse_delimiter(value)

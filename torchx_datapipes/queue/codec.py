@@ -1,6 +1,6 @@
 """One queue message: a header and a batch of records, framed without pickle.
 
-Every field of every record is one WebDataset member (``io/wdscodec.py``): tensors and arrays
+Every field of every record is one WebDataset member (``formats/webdataset/codec.py``): tensors and arrays
 are ``.npy`` raw buffers (dtype and shape kept, read back as torch tensors), ``bytes`` stay raw
 bytes, text and class fields stay text and ints, anything else is exact JSON (big integers,
 NaN and infinity included). The framing is length-prefixed::
@@ -27,8 +27,8 @@ from typing import Any, Dict, List, Optional, Tuple
 import numpy as np
 import orjson
 
+from torchx_datapipes.formats.webdataset.codec import decode, decode_int, kind, member, member_field
 from torchx_datapipes.io.values import as_array
-from torchx_datapipes.io.wdscodec import decode, decode_int, kind, member, member_field
 
 MAGIC = b"TDPQ"
 VERSION = 2
@@ -125,7 +125,7 @@ def _json_exact(record: Dict[str, Any]) -> bool:
 
 def encode_record(record: Dict[str, Any]) -> bytes:
     """One record, framed: one JSON document when that is exact, else a member per field
-    (the WebDataset member codec, ``io/wdscodec.py``)."""
+    (the WebDataset member codec, ``formats/webdataset/codec.py``)."""
     if not isinstance(record, dict):
         raise TypeError(f"a queue record must be a dict of fields, got {type(record).__name__}")
     if _json_exact(record):

@@ -7,9 +7,9 @@ from typing import Any, Dict, List, Optional
 import orjson
 
 from torchx_datapipes.errors import InputError
-from torchx_datapipes.io.bigints import dumps
+from torchx_datapipes.formats.jsonl.bigints import dumps
+from torchx_datapipes.formats.reading import BadRecord, UnitReader
 from torchx_datapipes.io.checksum import FileSum, write_summed
-from torchx_datapipes.io.formats import BadRecord, UnitReader
 from torchx_datapipes.io.fs import join
 from torchx_datapipes.io.layout import ERRORS_DIR, error_part
 

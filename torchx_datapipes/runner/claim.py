@@ -24,7 +24,7 @@ import multiprocessing as mp
 import os
 from typing import Any, Dict, Iterator, List, Optional, Protocol, Sequence
 
-from torchx_datapipes.io.units import Unit, assign
+from torchx_datapipes.formats.planning import Unit, assign
 
 ASSIGN_MODES = ("dynamic", "static")
 COUNTER_NAMES = ("records", "units", "bytes")  # job-wide progress counters, per pass

@@ -7,8 +7,8 @@ Ops run their passes, wait for every rank and read a pass's commit records throu
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Optional, Protocol, Tuple
 
-from torchx_datapipes.io.formats import UnitReader
-from torchx_datapipes.io.units import Unit
+from torchx_datapipes.formats.planning import Unit
+from torchx_datapipes.formats.reading import UnitReader
 from torchx_datapipes.runner.badrecords import ErrorSink
 
 

@@ -21,16 +21,16 @@ from typing import Any, Dict, List, Optional, Protocol, Tuple
 import orjson
 
 from torchx_datapipes.errors import DatapipesError, OutputExistsError
+from torchx_datapipes.formats.columns import manifest_entries as renamed_columns
+from torchx_datapipes.formats.planning import Unit, plan_units
+from torchx_datapipes.formats.reading import UnitReader, record_bytes
 from torchx_datapipes.io import manifest as mf
 from torchx_datapipes.io.checksum import verify
-from torchx_datapipes.io.formats import UnitReader, record_bytes
 from torchx_datapipes.io.fs import check_disjoint, expand_input_files, join
-from torchx_datapipes.io.inputs.columns import manifest_entries as renamed_columns
 from torchx_datapipes.io.layout import ERRORS_DIR
 from torchx_datapipes.io.lease import Lease, LeaseLostError, lease_lost, run_identity
 from torchx_datapipes.io.ownership import check_reserved, mark_output, refuse_foreign
 from torchx_datapipes.io.stale import remove_stale_temps
-from torchx_datapipes.io.units import Unit, plan_units
 from torchx_datapipes.runner.background import Background
 from torchx_datapipes.runner.badrecords import ErrorSink, OnError
 from torchx_datapipes.runner.claim import Claimer, Counters, LocalCounters, StoreCounters, counter_names

@@ -17,8 +17,8 @@ import orjson
 from torch.distributed.elastic.multiprocessing.errors import ErrorHandler, record
 
 from torchx_datapipes.errors import DatapipesError
+from torchx_datapipes.formats.spec import encode_spec
 from torchx_datapipes.io.fs import split_patterns
-from torchx_datapipes.io.inputs.registry import encode_spec
 from torchx_datapipes.options import SPECS
 from torchx_datapipes.runner.badrecords import OnError
 from torchx_datapipes.runner.engine import Op, RunConfig, run_op

@@ -17,10 +17,10 @@ from typing import Any, Callable, Dict, List, Optional
 
 import orjson
 
-from torchx_datapipes.io.formats import UnitReader
+from torchx_datapipes.formats.planning import Unit
+from torchx_datapipes.formats.reading import UnitReader
 from torchx_datapipes.io.fs import fs_and_path, join
 from torchx_datapipes.io.layout import QUEUE_JOB
-from torchx_datapipes.io.units import Unit
 from torchx_datapipes.queue import Backpressure, Broker, UnitPublisher, open_queue, publish_end
 from torchx_datapipes.runner.apply import Applier
 from torchx_datapipes.runner.badrecords import ErrorSink

@@ -20,13 +20,13 @@ from typing import Any
 import numpy as np
 import orjson
 
+from torchx_datapipes.formats.commit import encode_schema, main_meta_names
+from torchx_datapipes.formats.planning import Unit
+from torchx_datapipes.formats.reading import UnitReader
+from torchx_datapipes.formats.writing import PartWriter, encode_checked, part_name, writer_class
 from torchx_datapipes.io.checksum import write_file, write_summed
-from torchx_datapipes.io.formats import UnitReader
 from torchx_datapipes.io.fs import fs_and_path, join, read_bytes
 from torchx_datapipes.io.layout import ERRORS_DIR, unit_file
-from torchx_datapipes.io.units import Unit
-from torchx_datapipes.io.writers import PartWriter, encode_checked, part_name, writer_class
-from torchx_datapipes.io.writers.commit import encode_schema, main_meta_names
 from torchx_datapipes.runner.apply import Applier
 from torchx_datapipes.runner.badrecords import ErrorSink, OnError, RecordError
 from torchx_datapipes.runner.context import PassContext

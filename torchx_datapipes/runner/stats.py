@@ -9,12 +9,12 @@ from typing import Any, Callable, Dict, List, Optional
 
 import orjson
 
+from torchx_datapipes.formats.planning import Unit
+from torchx_datapipes.formats.reading import UnitReader
 from torchx_datapipes.io import manifest as mf
 from torchx_datapipes.io.checksum import write_file, write_summed
-from torchx_datapipes.io.formats import UnitReader
 from torchx_datapipes.io.fs import join, read_bytes
 from torchx_datapipes.io.layout import unit_file
-from torchx_datapipes.io.units import Unit
 from torchx_datapipes.runner.apply import Applier
 from torchx_datapipes.runner.badrecords import ErrorSink
 from torchx_datapipes.runner.context import PassContext

@@ -2,11 +2,11 @@
 
 from typing import Any, Callable, Dict, List, Optional
 
-from torchx_datapipes.io.formats import UnitReader
+from torchx_datapipes.formats.commit import encode_schema, main_meta_names
+from torchx_datapipes.formats.planning import Unit
+from torchx_datapipes.formats.reading import UnitReader
+from torchx_datapipes.formats.writing import PartWriter, encode_checked, part_name, writer_class
 from torchx_datapipes.io.fs import join
-from torchx_datapipes.io.units import Unit
-from torchx_datapipes.io.writers import PartWriter, encode_checked, part_name, writer_class
-from torchx_datapipes.io.writers.commit import encode_schema, main_meta_names
 from torchx_datapipes.runner.apply import Applier
 from torchx_datapipes.runner.badrecords import ErrorSink
 from torchx_datapipes.runner.context import PassContext

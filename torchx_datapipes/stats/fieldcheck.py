@@ -27,7 +27,7 @@ def seen_fields(units: Iterable[Any], limit: int = SAMPLE_RECORDS) -> tuple[list
 
     ``complete``: the fields are the input's columns (a columnar header), not a sample.
     """
-    from torchx_datapipes.io.formats import UnitReader
+    from torchx_datapipes.formats.reading import UnitReader
 
     fields: dict[str, None] = {}
     looked, first = 0, ""
@@ -74,7 +74,7 @@ def check_fields(wanted: Sequence[str], units: Sequence[Any], limit: int = SAMPL
 
 def check_local_fields(fields: str, files: Sequence[Any], fmt_spec: str, unit_mb: float) -> None:
     """The client's check of ``--fields`` on local input files (``files``: listed ``InputFile`` s)."""
-    from torchx_datapipes.io.units import plan_units
+    from torchx_datapipes.formats.planning import plan_units
     from torchx_datapipes.stats.config import StatsConfig
 
     wanted = StatsConfig.parse(fields).fields or ()

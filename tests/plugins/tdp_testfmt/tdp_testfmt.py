@@ -5,8 +5,9 @@ It exists to show that a format registered by entry points alone works for ``--f
 the round-trip contract suite (tests/test_roundtrip_contract.py) against a plug-in.
 """
 
-from torchx_datapipes.io.inputs.lines import JsonLinesFormat
-from torchx_datapipes.io.writers.jsonl import JsonlPart
+from torchx_datapipes.formats.format import Format
+from torchx_datapipes.formats.jsonl.writer import JsonlPart
+from torchx_datapipes.formats.lines import JsonLinesFormat
 
 
 class NdjInput(JsonLinesFormat):
@@ -20,4 +21,13 @@ class NdjPart(JsonlPart):
     """Output: ``part-NNNNN.ndj``, read back by OutputDataset with the JSON Lines part reader."""
 
     ext = "ndj"
-    reader = "torchx_datapipes.data._lines:JsonlFormat"
+
+
+# the one declaration the entry point names: every direction of the format
+FORMAT = Format(
+    "ndj",
+    input=NdjInput,
+    writer=NdjPart,
+    reader="torchx_datapipes.formats.jsonl.reader:JsonlFormat",
+    doc="JSON Lines under .ndj (a test plug-in)",
+)

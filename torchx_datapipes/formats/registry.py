@@ -1,0 +1,346 @@
+"""The one registry of formats, asked by the option checks, the component help, the runner and the reader.
+
+Layered like fsspec's registry and ``cache/registry.py``: a table of import strings of each
+built-in format's :class:`~torchx_datapipes.formats.format.Format` (so importing
+torchx_datapipes never imports pyarrow), :func:`register_format` for code, and the entry-point
+group ``torchx_datapipes.formats`` for third-party packages::
+
+    [project.entry-points."torchx_datapipes.formats"]
+    myfmt = "my_pkg.myfmt:FORMAT"     # a Format (input, writer and reader by import strings)
+
+An entry point may also name an ``InputFormat`` subclass (an input-only format), and the older
+group ``torchx_datapipes.writers`` a ``BasePart`` subclass (an output-only format): both are
+wrapped in a ``Format``. Adding a built-in format is one package under ``formats/`` declaring
+``FORMAT`` plus one line in ``_KNOWN``.
+"""
+
+import dataclasses
+import functools
+import posixpath
+from importlib.metadata import entry_points
+from typing import TYPE_CHECKING, Dict, FrozenSet, List, Optional, Tuple, Type, Union
+
+from torchx_datapipes.formats.base import InputFormat, stem_of
+from torchx_datapipes.formats.format import Format, load
+
+if TYPE_CHECKING:
+    from torchx_datapipes.formats.chunks import PartFormat
+    from torchx_datapipes.formats.writer import BasePart
+
+ENTRY_POINT_GROUP = "torchx_datapipes.formats"
+WRITERS_GROUP = "torchx_datapipes.writers"  # older plug-ins: an output-only BasePart subclass
+_F = "torchx_datapipes.formats."
+_KNOWN: Dict[str, str] = {
+    "jsonl": _F + "jsonl:FORMAT",
+    "json": _F + "json:FORMAT",
+    "text": _F + "text:FORMAT",
+    "csv": _F + "csv:FORMAT",
+    "parquet": _F + "parquet:FORMAT",
+    "files": _F + "files:FORMAT",
+    "webdataset": _F + "webdataset:FORMAT",
+}
+_REGISTERED: Dict[str, Format] = {}
+_CACHE: Dict[str, Format] = {}
+_ALIASES: Dict[str, str] = {}
+
+
+@functools.cache
+def _entry_points(group: str) -> Tuple[Tuple[str, str], ...]:
+    """The group's ``(name, "module:attr")``, listed once per process: entry_points() scans every
+    installed distribution (~20 ms) and was asked for every part (40 times for 10,000 images)."""
+    return tuple((ep.name, ep.value) for ep in entry_points(group=group))
+
+
+def _clear() -> None:
+    _CACHE.clear()
+    _ALIASES.clear()
+    _TABLES.clear()
+
+
+def as_format(name: str, obj: object) -> Format:
+    """``obj`` as a Format: a Format, an InputFormat subclass, or a BasePart subclass (by ``ext``)."""
+    if isinstance(obj, Format):
+        return obj
+    if isinstance(obj, type) and issubclass(obj, InputFormat):
+        return Format(name, input=obj)
+    from torchx_datapipes.formats.writer import BasePart
+
+    if isinstance(obj, type) and issubclass(obj, BasePart):
+        return Format(name, writer=obj)
+    raise TypeError(
+        f"format {name!r}: {obj!r} is not a Format, an InputFormat subclass or a BasePart subclass"
+    )
+
+
+def register_format(
+    fmt: Union[Format, str], cls: Union[str, type, None] = None, clobber: bool = False
+) -> None:
+    """Register a :class:`Format` (or ``name, InputFormat subclass or "module:Class"``).
+
+    Afterwards ``--format``, ``--output_format`` and ``OutputDataset`` know it, as far as it
+    declares each direction."""
+    if isinstance(fmt, str):
+        if cls is None:
+            raise TypeError("register_format(name, cls): pass the InputFormat class or 'module:Class'")
+        fmt = Format(fmt, input=cls)
+    if not clobber and fmt.name in input_names():
+        raise ValueError(f"format {fmt.name!r} is already registered; pass clobber=True to replace it")
+    _REGISTERED[fmt.name] = fmt
+    _clear()
+
+
+def register_writer(name: str, cls: Union[str, type]) -> None:
+    """Make ``--output_format name`` write with ``cls`` (a BasePart subclass or ``"module:Class"``);
+    an input of the same name keeps reading."""
+    try:
+        old: Optional[Format] = get_format(name)
+    except ValueError:
+        old = None
+    base = old if old is not None else Format(name)
+    _REGISTERED[name] = dataclasses.replace(base, writer=cls, reader=None, part_ext="")
+    _clear()
+
+
+def unregister(name: str) -> None:
+    """Forget a format registered from code (tests, notebooks re-running a cell)."""
+    _REGISTERED.pop(name, None)
+    _clear()
+
+
+def _names() -> Tuple[str, ...]:
+    """Every format name: the built-ins first, then plug-ins (registered or by entry point), sorted."""
+    eps = {n for n, _ in _entry_points(ENTRY_POINT_GROUP)} | {n for n, _ in _entry_points(WRITERS_GROUP)}
+    return (*sorted(_KNOWN), *sorted({*_REGISTERED, *eps} - set(_KNOWN)))
+
+
+def _lookup(name: str) -> Optional[Format]:
+    """The Format registered, built in or an entry point under exactly ``name``, or None."""
+    if name in _CACHE:
+        return _CACHE[name]
+    fmt: Optional[Format] = _REGISTERED.get(name)
+    if fmt is None and name in _KNOWN:
+        fmt = load(_KNOWN[name])
+    if fmt is None:
+        for ep_name, value in _entry_points(ENTRY_POINT_GROUP):
+            if ep_name == name:
+                fmt = as_format(name, load(value))
+        for ep_name, value in _entry_points(WRITERS_GROUP):
+            if ep_name == name:
+                fmt = dataclasses.replace(fmt or Format(name), writer=value, part_ext="")
+    if fmt is not None:
+        _CACHE[name] = fmt
+    return fmt
+
+
+def aliases() -> Dict[str, str]:
+    """``alias -> name`` of every format's ``aliases`` (``ndjson``, ``tsv``, ``wds``...)."""
+    if "" not in _ALIASES:
+        table: Dict[str, str] = {"": ""}
+        for name in _names():
+            try:
+                fmt = _lookup(name)
+            except (ImportError, TypeError):
+                continue
+            for alias in fmt.aliases if fmt is not None else ():
+                table.setdefault(alias, name)
+        _ALIASES.update(table)
+    return {k: v for k, v in _ALIASES.items() if k}
+
+
+def get_format(name: str) -> Format:
+    """The Format of a name or alias (imports its declaration, not its reader or writer)."""
+    key = name.lower()
+    fmt = _lookup(key) or _lookup(aliases().get(key, key))
+    if fmt is None:
+        raise ValueError(
+            f"unknown format {name!r}; use one of {', '.join(_names())} (a plug-in adds one with"
+            f" register_format or the entry-point group {ENTRY_POINT_GROUP!r})"
+        )
+    return fmt
+
+
+def _known(name: str) -> Optional[Format]:
+    try:
+        return get_format(name)
+    except (ValueError, ImportError, TypeError):
+        return None
+
+
+def input_names() -> Tuple[str, ...]:
+    """Every ``--format`` name (besides ``auto``): built-ins, entry points, registered ones."""
+    return tuple(n for n in _names() if (f := _known(n)) is not None and f.readable_input)
+
+
+def output_names() -> Tuple[str, ...]:
+    """Every ``--output_format`` name: the formats that declare a writer."""
+    return tuple(n for n in _names() if (f := _known(n)) is not None and f.writable)
+
+
+def builtin_input_names() -> Tuple[str, ...]:
+    """The input formats this package ships (docs/options.md and the component help list them)."""
+    return tuple(n for n in sorted(_KNOWN) if get_format(n).readable_input)
+
+
+def builtin_output_names() -> Tuple[str, ...]:
+    return tuple(n for n in sorted(_KNOWN) if get_format(n).writable)
+
+
+def input_class(name: str) -> Type[InputFormat]:
+    """The InputFormat class of a ``--format`` name or alias (imports its module now)."""
+    try:
+        fmt: Optional[Format] = get_format(name)
+    except ValueError:
+        fmt = None
+    if fmt is None or not fmt.readable_input:
+        what = "unknown input format" if fmt is None else "an output format with no input reader:"
+        raise ValueError(
+            f"{what} {name!r}; use one of auto, {', '.join(input_names())} (a plug-in adds one with"
+            f" register_format or the entry-point group {ENTRY_POINT_GROUP!r})"
+        )
+    return fmt.input_class()
+
+
+def writer_class(name: str) -> Type["BasePart"]:
+    """The part writer of an ``--output_format`` name."""
+    try:
+        fmt: Optional[Format] = get_format(name)
+    except ValueError:
+        fmt = None
+    if fmt is None or not fmt.writable:
+        what = "unknown output format" if fmt is None else "an input format with no writer:"
+        raise ValueError(
+            f"{what} {name!r}; use one of {', '.join(output_names())} (a plug-in adds"
+            f" one with register_format or the entry-point group {ENTRY_POINT_GROUP!r})"
+        )
+    return fmt.writer_class()
+
+
+def part_reader(output_format: str) -> "PartFormat":
+    """The reader ``OutputDataset`` uses for an output written as ``output_format``."""
+    from torchx_datapipes.errors import ReadError
+
+    try:
+        return get_format(output_format).part_reader()
+    except (ValueError, ImportError) as e:
+        raise ReadError(f"output_format {output_format!r} is not readable: {e}") from e
+
+
+def check_format_options(name: str, given: Dict[str, bool]) -> None:
+    """Refuse a format option (``given``: option -> whether it was set) the ``--format`` does not read.
+
+    ``auto`` is not checked: its files may be of several formats, each taking what it reads."""
+    if name == "auto":
+        return
+    fmt = get_format(name)
+    unread = [o for o, was_set in given.items() if was_set and o not in fmt.options]
+    if unread:
+        takes = ", ".join(f"--{o}" for o in fmt.options) or "no format option"
+        readers = " or ".join(n for n in input_names() if set(unread) <= set(_options_of(n))) or "csv"
+        raise ValueError(
+            f"{', '.join('--' + o for o in unread)} {'is' if len(unread) == 1 else 'are'} not read by"
+            f" --format {name} (it takes {takes}); drop {'it' if len(unread) == 1 else 'them'}, or use"
+            f" --format {readers}"
+        )
+
+
+def _options_of(name: str) -> Tuple[str, ...]:
+    fmt = _known(name)
+    return fmt.options if fmt is not None else ()
+
+
+# -- input files by extension ------------------------------------------------------------------
+# extension -> format, and the extensions longest first; built once per set of registered names:
+# planning 10,000 images asked for the table once per file (issue 10's images benchmark)
+_TABLES: Dict[FrozenSet[str], Tuple[Dict[str, str], Tuple[str, ...], bool]] = {}
+
+
+def _extension_table() -> Tuple[Dict[str, str], Tuple[str, ...], bool]:
+    """``(extension -> format, extensions longest first, whether every extension starts with a dot)``."""
+    key = frozenset(_REGISTERED)
+    if key not in _TABLES:
+        table: Dict[str, str] = {}
+        for name in _names():
+            fmt = _known(name)
+            if fmt is None or not fmt.readable_input:
+                continue
+            try:
+                cls = fmt.input_class()
+            except ImportError:
+                continue
+            for ext in cls.extensions:
+                table.setdefault(ext, name)
+        dotted = all(ext.startswith(".") for ext in table)
+        _TABLES[key] = table, tuple(sorted(table, key=len, reverse=True)), dotted
+    return _TABLES[key]
+
+
+def _by_extension() -> Dict[str, str]:
+    return dict(_extension_table()[0])
+
+
+def detect_format(path: str) -> Optional[str]:
+    """The format that owns the file's extension (after any compression suffix), or None."""
+    base = posixpath.basename(stem_of(path)).lower()
+    table, longest_first, dotted = _extension_table()
+    # the longest matching suffix wins (".tar" under ".tar.gz", ".csv" under "x.1.csv"): with
+    # extensions that start with a dot, that is the suffix from the first dot that is one
+    if dotted:
+        dot = base.find(".", 1)
+        while dot > 0:
+            if base[dot:] in table:
+                return table[base[dot:]]
+            dot = base.find(".", dot + 1)
+        return None
+    for ext in longest_first:
+        if base.endswith(ext) and len(base) > len(ext):
+            return table[ext]
+    return None
+
+
+def known_extensions() -> List[str]:
+    return sorted(_by_extension())
+
+
+def unknown_extension_error(path: str) -> ValueError:
+    by_fmt: Dict[str, List[str]] = {}
+    for ext, name in _by_extension().items():
+        by_fmt.setdefault(name, []).append(ext)
+    listing = "; ".join(f"{n}: {' '.join(sorted(e))}" for n, e in sorted(by_fmt.items()))
+    return ValueError(
+        f"{path}: unknown input extension; no format owns it. Formats: {listing}."
+        f" Pass --format to force one (e.g. --format jsonl), or remove the file from --input"
+    )
+
+
+def resolve(path: str, fmt: str) -> str:
+    """The format name to read ``path`` with: ``fmt`` forced, or detected under ``auto``."""
+    if fmt != "auto":
+        return input_class(fmt).name
+    found = detect_format(path)
+    if found is None:
+        raise unknown_extension_error(path)
+    return found
+
+
+def formats_of(paths: List[str], fmt: str) -> Dict[str, str]:
+    return {p: resolve(p, fmt) for p in paths}
+
+
+def clear_caches() -> None:
+    """Forget this process's part indexes, footers, kept bytes, row groups and checksums (tests, rewrites)."""
+    from torchx_datapipes.formats import chunks
+    from torchx_datapipes.formats.jsonl import reader as jsonl_reader
+    from torchx_datapipes.formats.webdataset import reader as tar_reader
+    from torchx_datapipes.io import verify
+
+    caches: list = [jsonl_reader._LINE_INDEX, tar_reader._TAR_INDEX, chunks._PART_BYTES]
+    try:
+        from torchx_datapipes.formats.parquet import reader as pq_reader
+    except ImportError:  # pragma: no cover - pyarrow missing
+        pass
+    else:
+        caches += [pq_reader._RG_CACHE, pq_reader._PQ_META]
+    for cache in caches:
+        cache.clear()
+    verify._SUMS.clear()
+    verify._WHOLE_OK.clear()

@@ -1,0 +1,135 @@
+"""WebDataset members: one naming and value codec for the writer, the reader and ``--input``.
+
+A record field becomes the member ``<key>.<field>[.<ext>]`` by its value, and a member's suffix
+says how to decode it, so that what is written is read back with the same value and type:
+
+==========================================  ======================  ==========================
+value                                       member                  read back as
+==========================================  ======================  ==========================
+``bytes``                                   ``<key>.<field>``       ``bytes`` (``.npy``,
+                                                                    ``.json``, ``.txt``... names
+                                                                    excepted: see below)
+numpy array / torch tensor                  ``<key>.<field>.npy``   a tensor, dtype and shape kept
+``str`` in a ``txt``/``text`` field         ``<key>.<field>``       ``str`` (UTF-8 text)
+``int`` in a ``cls``/``cls2``/``index``/    ``<key>.<field>``       ``int`` (decimal text)
+``inx``/``id`` field
+anything else (``"007"`` in ``id``, ``5``   ``<key>.<field>.json``  the JSON value: exact big
+in ``txt``, floats incl. NaN/inf, lists...)                         integers, NaN and infinity
+==========================================  ======================  ==========================
+
+A field whose name already ends in ``npy``/``json`` is not given the extension twice. The text
+conventions are WebDataset's (``.txt`` is text, ``.cls`` a class index); a value of another type
+in such a field goes to ``.json`` rather than changing type on the way back (``"007"`` would read
+back as 7 from ``.id``). ``None`` values are not written (a member cannot be empty and present).
+"""
+
+import io
+import json
+from typing import Any, Tuple
+
+import numpy as np
+
+from torchx_datapipes.formats.jsonl import codec as jsoncodec
+from torchx_datapipes.formats.jsonl.codec import NonFiniteError, dumps
+from torchx_datapipes.io.values import as_array
+
+TEXT_EXTS = frozenset({"txt", "text"})
+INT_EXTS = frozenset({"cls", "cls2", "index", "inx", "id"})
+_BYTES = (bytes, bytearray, memoryview)
+
+
+def kind(suffix: str) -> str:
+    """How a member ``<key>.<suffix>`` decodes: ``npy``, ``json``, ``text``, ``int`` or ``bytes``."""
+    last = suffix.rsplit(".", 1)[-1].lower()
+    if last in ("npy", "json"):
+        return last
+    if last in TEXT_EXTS:
+        return "text"
+    return "int" if last in INT_EXTS else "bytes"
+
+
+def member_field(suffix: str) -> str:
+    """The record field a member ``<key>.<suffix>`` holds (the writer's ``.npy``/``.json`` dropped)."""
+    head, dot, last = suffix.rpartition(".")
+    return head if dot and last in ("npy", "json") else suffix
+
+
+def _is_int(v: Any) -> bool:
+    return isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.bool_))
+
+
+def _json(v: Any) -> bytes:
+    """JSON as the JSON Lines writer encodes it, but NaN and infinity kept as Python's tokens."""
+    try:
+        return dumps(v)
+    except NonFiniteError:
+        return json.dumps(_plain(v), allow_nan=True, ensure_ascii=False, separators=(",", ":")).encode()
+
+
+def _plain(v: Any) -> Any:
+    """``v`` as Python values the stdlib encoder takes, floats kept (NaN stays NaN)."""
+    if isinstance(v, dict):
+        return {str(k): _plain(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [_plain(x) for x in v]
+    arr = as_array(v)
+    if arr is not None:
+        return arr.tolist()
+    if isinstance(v, np.generic):
+        return v.item()
+    if isinstance(v, float) or v is None or isinstance(v, (str, int, bool)):
+        return v
+    return jsoncodec.loads(dumps(v))  # Decimal, dates, ...: as the JSON Lines writer writes them
+
+
+def member(key: str, field: str, v: Any) -> Tuple[str, bytes]:
+    """The member name and bytes of one non-None field value."""
+    last = field.rsplit(".", 1)[-1].lower()
+    if isinstance(v, _BYTES):
+        if kind(field) != "bytes":
+            raise ValueError(
+                f"bytes in a field named {field!r} would be read back as {kind(field)}, not bytes:"
+                " rename the field (e.g. by its file extension, such as 'png' or 'bin')"
+            )
+        return f"{key}.{field}", bytes(v)
+    arr = as_array(v)
+    if arr is not None:
+        if arr.dtype.hasobject:
+            raise TypeError(f"an array of dtype {arr.dtype} cannot be written as .npy without pickle")
+        buf = io.BytesIO()
+        np.lib.format.write_array(buf, arr, allow_pickle=False)
+        return (f"{key}.{field}" if last == "npy" else f"{key}.{field}.npy"), buf.getvalue()
+    if last in TEXT_EXTS and isinstance(v, str):
+        return f"{key}.{field}", v.encode()
+    if last in INT_EXTS and _is_int(v):
+        return f"{key}.{field}", str(int(v)).encode()
+    return (f"{key}.{field}" if last == "json" else f"{key}.{field}.json"), _json(v)
+
+
+def decode(suffix: str, data: bytes) -> Any:
+    """A member's value from its bytes; ``.npy`` as a torch tensor (a numpy array if torch has no dtype)."""
+    k = kind(suffix)
+    if k == "npy":
+        import torch  # lazily: only shards with arrays need it
+
+        arr = np.load(io.BytesIO(data), allow_pickle=False)
+        try:
+            return torch.from_numpy(arr)
+        except TypeError:  # a dtype torch has no tensor for (e.g. strings)
+            return arr
+    if k == "json":
+        return jsoncodec.loads(data)
+    if k == "text":
+        return data.decode()
+    if k == "int":
+        return decode_int(data)
+    return data
+
+
+def decode_int(data: bytes) -> Any:
+    """A class-index member: an int, or its text when it is not one (a shard written by others)."""
+    text = data.decode()
+    try:
+        return int(text)
+    except ValueError:
+        return text
