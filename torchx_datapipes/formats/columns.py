@@ -10,6 +10,8 @@ The renames are kept per file (planning), reported on stderr and in the manifest
 import sys
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
+from torchx_datapipes.io import manifest_schema as ms
+
 Renames = List[Tuple[int, str, str]]  # (column index, name in the file, name given)
 
 
@@ -61,7 +63,7 @@ def manifest_entries(reads: Sequence[Tuple[str, Optional[Dict[str, Any]]]]) -> D
     for path, read in reads:
         for i, old, new in (read or {}).get("renamed", []):
             entries = out.setdefault(path, [])
-            entry = {"column": int(i) + 1, "from": old, "to": new}
+            entry = {ms.RENAMED_COLUMN: int(i) + 1, ms.RENAMED_FROM: old, ms.RENAMED_TO: new}
             if entry not in entries:
                 entries.append(entry)
-    return {"renamed_columns": out} if out else {}
+    return {ms.RENAMED_COLUMNS: out} if out else {}

@@ -3,22 +3,23 @@
 Every file an op writes for a unit (parts, ``_errors/`` parts, stats partials, split hash
 files) is hashed while it is written (xxh3_128: fast, and plenty to detect a truncated,
 replaced or garbage file; it is not a defence against tampering). The unit's commit record
-lists ``{"path", "size", "xxh3_128"}`` for each, with paths relative to the output, and a
-committed unit is skipped on resume only if every file still matches.
+lists ``{"path", "size", "xxh3_128"}`` for each (``io/manifest_schema.py``), with paths relative
+to the output, and a committed unit is skipped on resume only if every file still matches.
 """
 
 import errno
 import os
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Sequence
 
 import xxhash
 
+from torchx_datapipes.io import manifest_schema as ms
 from torchx_datapipes.io.blocksums import BlockHasher
 from torchx_datapipes.io.fs import fs_and_path, join
 from torchx_datapipes.io.layout import tmp_beside
 
-ALGO = "xxh3_128"
+ALGO = ms.FILE_XXH3  # the checksum, named by its commit record key
 _CHUNK = 1 << 20
 
 
@@ -29,7 +30,7 @@ class FileSum:
     xxh3_128: str
 
     def to_json(self) -> Dict[str, Any]:
-        return asdict(self)
+        return {ms.FILE_PATH: self.path, ms.FILE_SIZE: self.size, ms.FILE_XXH3: self.xxh3_128}
 
 
 def located(e: OSError, url: str) -> OSError:
@@ -136,16 +137,16 @@ def _discard(fs: Any, tmp: str) -> None:
 def verify(output: str, files: Sequence[Dict[str, Any]], full: bool = True) -> Optional[str]:
     """Why the committed ``files`` cannot be trusted (missing, wrong size, wrong checksum), or None."""
     for f in files:
-        url = join(output, f["path"])
+        url = join(output, f[ms.FILE_PATH])
         fs, path = fs_and_path(url)
         try:
             size = int(fs.size(path))
         except FileNotFoundError:
             return f"{url} is missing"
-        if size != int(f["size"]):
-            return f"{url} has {size} bytes, the commit record says {f['size']}"
-        if full and file_digest(fs, path) != f[ALGO]:
-            return f"{url} does not match its {ALGO} checksum {f[ALGO]}"
+        if size != int(f[ms.FILE_SIZE]):
+            return f"{url} has {size} bytes, the commit record says {f[ms.FILE_SIZE]}"
+        if full and file_digest(fs, path) != f[ms.FILE_XXH3]:
+            return f"{url} does not match its {ALGO} checksum {f[ms.FILE_XXH3]}"
     return None
 
 
@@ -155,11 +156,13 @@ def verify_sizes(output: str, files: Sequence[Dict[str, Any]]) -> List[str]:
     listing = {p: int(info.get("size") or 0) for p, info in fs.find(root, detail=True).items()}
     problems = []
     for f in files:
-        _, path = fs_and_path(join(output, f["path"]))
+        _, path = fs_and_path(join(output, f[ms.FILE_PATH]))
         if path not in listing:
-            problems.append(f"{join(output, f['path'])} is missing")
-        elif listing[path] != int(f["size"]):
-            problems.append(f"{join(output, f['path'])} has {listing[path]} bytes, expected {f['size']}")
+            problems.append(f"{join(output, f[ms.FILE_PATH])} is missing")
+        elif listing[path] != int(f[ms.FILE_SIZE]):
+            problems.append(
+                f"{join(output, f[ms.FILE_PATH])} has {listing[path]} bytes, expected {f[ms.FILE_SIZE]}"
+            )
     return problems
 
 

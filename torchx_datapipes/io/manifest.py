@@ -1,7 +1,8 @@
 """Per-unit commit records (``_units/``) and the job manifest (``_SUCCESS``).
 
 A unit is committed when its metadata file exists with the job's fingerprint; the
-output is complete only when ``_SUCCESS`` exists. Readers trust nothing else.
+output is complete only when ``_SUCCESS`` exists. Readers trust nothing else. The keys of both
+documents are ``io/manifest_schema.py``'s.
 """
 
 import hashlib
@@ -11,11 +12,12 @@ from typing import Any, Dict, List, Optional, Tuple
 
 import orjson
 
+from torchx_datapipes.io import manifest_schema as ms
 from torchx_datapipes.io.checksum import write_file
 from torchx_datapipes.io.fs import exists, join, read_bytes
 from torchx_datapipes.io.layout import LEASE, SUCCESS, unit_file
 
-MANIFEST_VERSION = 1
+MANIFEST_VERSION = ms.MANIFEST_VERSION
 
 
 def fingerprint(obj: Any) -> str:
@@ -37,7 +39,7 @@ def read_unit_meta(output: str, unit_name: str, fp: str) -> Optional[Dict[str, A
         meta: Dict[str, Any] = orjson.loads(read_bytes(url))
     except (FileNotFoundError, orjson.JSONDecodeError):
         return None
-    return meta if meta.get("fingerprint") == fp else None
+    return meta if meta.get(ms.FINGERPRINT) == fp else None
 
 
 def success_url(output: str) -> str:
@@ -84,21 +86,22 @@ def versions() -> Dict[str, str]:
     except ImportError:  # pragma: no cover
         torchx_version = "unknown"
     return {
-        "python": platform.python_version(),
-        "torch": torch.__version__,
-        "torchx": torchx_version,
-        "cloudpickle": cloudpickle.__version__,
-        "torchx_datapipes": torchx_datapipes.__version__,
+        ms.VERSION_PYTHON: platform.python_version(),
+        ms.VERSION_TORCH: torch.__version__,
+        ms.VERSION_TORCHX: torchx_version,
+        ms.VERSION_CLOUDPICKLE: cloudpickle.__version__,
+        ms.VERSION_PACKAGE: torchx_datapipes.__version__,
     }
 
 
 def base_manifest(op: str, inputs: List[Dict[str, Any]], options: Dict[str, Any]) -> Dict[str, Any]:
+    """The keys every op's ``_SUCCESS`` starts with (``manifest_schema.BASE_KEYS``)."""
     return {
-        "manifest_version": MANIFEST_VERSION,
-        "op": op,
-        "status": "SUCCEEDED",
-        "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "inputs": inputs,
-        "options": options,
-        "versions": versions(),
+        ms.VERSION: MANIFEST_VERSION,
+        ms.OP: op,
+        ms.STATUS: ms.SUCCEEDED,
+        ms.CREATED: time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        ms.INPUTS: inputs,
+        ms.OPTIONS: options,
+        ms.VERSIONS: versions(),
     }

@@ -10,6 +10,7 @@ import threading
 from typing import Any, Dict, List
 
 from torchx_datapipes.errors import DatapipesError
+from torchx_datapipes.io import manifest_schema as ms
 from torchx_datapipes.io.checksum import verify_sizes
 from torchx_datapipes.io.fs import fs_and_path, join
 from torchx_datapipes.io.layout import ERRORS_DIR, LEASE, PART_PREFIX, STALE_LEASE_PREFIX, TMP_PREFIX
@@ -17,7 +18,7 @@ from torchx_datapipes.io.layout import ERRORS_DIR, LEASE, PART_PREFIX, STALE_LEA
 
 def check_files(output: str, metas: List[Dict[str, Any]]) -> None:
     """Every committed file is present with its recorded size (one listing of the output)."""
-    problems = verify_sizes(output, [f for m in metas for f in m.get("files", [])])
+    problems = verify_sizes(output, [f for m in metas for f in m.get(ms.FILES, [])])
     if problems:
         raise DatapipesError(
             f"{len(problems)} committed file(s) changed after their unit committed:"
@@ -29,9 +30,9 @@ def check_files(output: str, metas: List[Dict[str, Any]]) -> None:
 def remove_strays(output: str, metas: List[Dict[str, Any]]) -> None:
     """Drop temp files of killed workers, stale leases, and parts left by an earlier, different job."""
     fs, root = fs_and_path(output)
-    keep = {f"{root}/{p}" for m in metas for p in m.get("outputs", [])}
-    keep |= {f"{root}/{f['path']}" for m in metas for f in m.get("files", [])}  # e.g. _index/part-*.idx
-    keep |= {fs_and_path(m["errors"])[1] for m in metas if m.get("errors")}
+    keep = {f"{root}/{p}" for m in metas for p in m.get(ms.OUTPUTS, [])}
+    keep |= {f"{root}/{f[ms.FILE_PATH]}" for m in metas for f in m.get(ms.FILES, [])}  # _index/part-*.idx
+    keep |= {fs_and_path(m[ms.ERRORS])[1] for m in metas if m.get(ms.ERRORS)}
     for p in fs.find(root):
         base = p.rsplit("/", 1)[-1]
         stray_part = base.startswith(PART_PREFIX) and p not in keep
@@ -45,9 +46,9 @@ def remove_strays(output: str, metas: List[Dict[str, Any]]) -> None:
 
 def check_error_rate(metas: List[Dict[str, Any]], input_bytes: int, limit: float, output: str) -> float:
     """The error rate, max(bad records / records in, lost bytes / input bytes); raise above ``limit``."""
-    records_in = sum(int(m.get("records_in", 0)) for m in metas)
-    bad = sum(int(m.get("bad", 0)) for m in metas)
-    lost = sum(int(m.get("lost_bytes", 0)) for m in metas)
+    records_in = sum(int(m.get(ms.RECORDS_IN, 0)) for m in metas)
+    bad = sum(int(m.get(ms.BAD, 0)) for m in metas)
+    lost = sum(int(m.get(ms.LOST_BYTES, 0)) for m in metas)
     rate = max(bad / records_in if records_in else 0.0, lost / input_bytes if input_bytes else 0.0)
     if rate > limit:
         lost_note = (
@@ -67,8 +68,8 @@ def slot_counts(metas: List[Dict[str, Any]]) -> Dict[str, int]:
     """How many of the committed units each slot ran (``{"0": 3, "1": 5}``, slots in order)."""
     counts: Dict[int, int] = {}
     for m in metas:
-        if "slot" in m:
-            counts[int(m["slot"])] = counts.get(int(m["slot"]), 0) + 1
+        if ms.SLOT in m:
+            counts[int(m[ms.SLOT])] = counts.get(int(m[ms.SLOT]), 0) + 1
     return {str(k): counts[k] for k in sorted(counts)}
 
 
@@ -84,9 +85,10 @@ def hold_on_to_success() -> None:
 
 
 def unit_summary(m: Dict[str, Any]) -> Dict[str, Any]:
-    skip = {"fingerprint", "unit"}
+    """A unit's entry of the manifest's ``units``: its commit record with the unit's index and path."""
+    skip = {ms.FINGERPRINT, ms.UNIT}
     return {
-        "unit": m["unit"]["index"],
-        "path": m["unit"]["path"],
+        ms.UNIT: m[ms.UNIT][ms.UNIT_INDEX],
+        ms.SUMMARY_PATH: m[ms.UNIT][ms.UNIT_PATH],
         **{k: v for k, v in m.items() if k not in skip},
     }

@@ -25,6 +25,7 @@ from torchx_datapipes.formats.columns import manifest_entries as renamed_columns
 from torchx_datapipes.formats.planning import Unit, plan_units
 from torchx_datapipes.formats.reading import UnitReader, record_bytes
 from torchx_datapipes.io import manifest as mf
+from torchx_datapipes.io import manifest_schema as ms
 from torchx_datapipes.io.checksum import verify
 from torchx_datapipes.io.fs import check_disjoint, expand_input_files, join
 from torchx_datapipes.io.layout import ERRORS_DIR
@@ -117,12 +118,12 @@ class Engine:
     def options(self) -> Dict[str, Any]:
         c = self.cfg
         return {
-            "format": c.format,
-            "output_format": c.output_format,
-            "batch_size": c.batch_size,
-            "on_error": c.on_error.value,
-            "unit_mb": c.unit_mb,
-            "max_record_mb": c.max_record_mb,
+            ms.OPT_FORMAT: c.format,
+            ms.OPT_OUTPUT_FORMAT: c.output_format,
+            ms.OPT_BATCH_SIZE: c.batch_size,
+            ms.OPT_ON_ERROR: c.on_error.value,
+            ms.OPT_UNIT_MB: c.unit_mb,
+            ms.OPT_MAX_RECORD_MB: c.max_record_mb,
             **self.op.options(),
         }
 
@@ -176,12 +177,16 @@ class Engine:
         c, d = self.cfg, self.dist
         if not mf.has_success(c.output):
             return False
-        job = mf.read_manifest(c.output).get("job") or {}
+        job = mf.read_manifest(c.output).get(ms.JOB) or {}
         run_id = run_identity()
-        same = run_id is not None and job.get("run_id") == run_id and job.get("request") == self.request()
+        same = (
+            run_id is not None
+            and job.get(ms.JOB_RUN_ID) == run_id
+            and job.get(ms.JOB_REQUEST) == self.request()
+        )
         if same and (d.restart > 0 or d.rank > 0):
             print(f"output already complete: {mf.success_url(c.output)} was written by this job"
-                  f" (run {job['run_id']}); nothing to do", file=sys.stderr, flush=True)  # fmt: skip
+                  f" (run {job[ms.JOB_RUN_ID]}); nothing to do", file=sys.stderr, flush=True)  # fmt: skip
             return True
         if c.overwrite:
             return False
@@ -331,7 +336,7 @@ class Engine:
         meta = mf.read_unit_meta(self.cfg.output, name, self.fingerprint)
         if meta is None:
             return False
-        files = meta.get("files")
+        files = meta.get(ms.FILES)
         why = "its commit record lists no files" if files is None else verify(self.cfg.output, files)
         if why is None:
             return True
@@ -346,30 +351,30 @@ class Engine:
         reader.on_batch = progress.update
         sink = ErrorSink(reader, self.cfg.on_error, self.cfg.output, self.fn_label)
         extra = fn(unit, reader, sink)
-        files: List[Dict[str, Any]] = [f.to_json() for f in extra.pop("files", [])]
+        files: List[Dict[str, Any]] = [f.to_json() for f in extra.pop(ms.FILES, [])]
         errors = sink.commit(name)
         if sink.file is not None:
             files.append(sink.file.to_json())
-        meta = {
-            "fingerprint": self.fingerprint,
-            "unit": unit.to_json(),
-            "records_in": reader.records + len(reader.bad),
-            "parsed": reader.records,
-            "blank_lines": reader.blank,
-            "skipped_members": reader.skipped_members,
-            "bad": sink.count,
-            "bad_units": reader.bad_units,
-            "lost_bytes": reader.lost_bytes,
-            "bytes_read": reader.bytes_read,
-            "errors": errors,
-            "started_at": round(t, 3),  # epoch seconds: with wall_s, the job's timeline
-            "wall_s": round(time.time() - t, 4),
-            "slot": slot,
-            "rank": self.dist.rank,
-            "worker": slot % max(1, self.cfg.num_workers),
-            "attempt": self.dist.restart,
+        meta = {  # the commit record (io/manifest_schema.py RECORD_KEYS, then the op's)
+            ms.FINGERPRINT: self.fingerprint,
+            ms.UNIT: unit.to_json(),
+            ms.RECORDS_IN: reader.records + len(reader.bad),
+            ms.PARSED: reader.records,
+            ms.BLANK_LINES: reader.blank,
+            ms.SKIPPED_MEMBERS: reader.skipped_members,
+            ms.BAD: sink.count,
+            ms.BAD_UNITS: reader.bad_units,
+            ms.LOST_BYTES: reader.lost_bytes,
+            ms.BYTES_READ: reader.bytes_read,
+            ms.ERRORS: errors,
+            ms.STARTED_AT: round(t, 3),  # epoch seconds: with wall_s, the job's timeline
+            ms.WALL_S: round(time.time() - t, 4),
+            ms.SLOT: slot,
+            ms.RANK: self.dist.rank,
+            ms.WORKER: slot % max(1, self.cfg.num_workers),
+            ms.ATTEMPT: self.dist.restart,
             **extra,
-            "files": files,
+            ms.FILES: files,
         }
         mf.write_unit_meta(self.cfg.output, name, meta)
 
@@ -392,40 +397,37 @@ class Engine:
         check_files(c.output, metas)
         totals = {
             k: sum(int(m.get(k, 0)) for m in metas)
-            for k in ("records_in", "bad", "blank_lines", "skipped_members")
+            for k in (ms.RECORDS_IN, ms.BAD, ms.BLANK_LINES, ms.SKIPPED_MEMBERS, ms.LOST_BYTES)
         }
         rate = check_error_rate(metas, sum(u.nbytes for u in self.units), c.max_error_rate, c.output)
         if self.lease is not None:
             self.lease.check()  # before finalize writes side files (stats.json, reports)
         extra = self.op.finalize(self.context(), metas)
         remove_strays(c.output, metas)
-        manifest = mf.base_manifest(self.op.name, [{"path": p, "size": s} for p, s in self.inputs], {})
-        manifest.update(
+        inputs = [{ms.INPUT_PATH: p, ms.INPUT_SIZE: s} for p, s in self.inputs]
+        manifest = mf.base_manifest(self.op.name, inputs, {})
+        manifest.update(  # io/manifest_schema.py ENGINE_KEYS, then the op's
             {
-                "options": self.options(),
-                "artifact": {"url": c.artifact, "sha256": c.sha256},
-                "job": {
-                    "run_id": run_identity(),
-                    "request": self.request(),
-                    "fingerprint": self.fingerprint,
+                ms.OPTIONS: self.options(),
+                ms.ARTIFACT: {ms.ARTIFACT_URL: c.artifact, ms.ARTIFACT_SHA256: c.sha256},
+                ms.JOB: {
+                    ms.JOB_RUN_ID: run_identity(),
+                    ms.JOB_REQUEST: self.request(),
+                    ms.JOB_FINGERPRINT: self.fingerprint,
                 },
-                "world_size": self.dist.world_size,
-                "num_workers": c.num_workers,
-                "assign": c.assign,
-                "slots": slot_counts(metas),
-                "records_in": totals["records_in"],
-                "bad": totals["bad"],
-                "blank_lines": totals["blank_lines"],
-                "skipped_members": totals["skipped_members"],
-                "lost_bytes": sum(int(m.get("lost_bytes", 0)) for m in metas),
-                "error_rate": rate,
-                "max_error_rate": c.max_error_rate,
-                "errors_dir": join(c.output, ERRORS_DIR) if totals["bad"] else None,
-                "started_at": round(self.t0, 3),  # rank 0's engine start, epoch seconds
-                "wall_time_s": round(time.time() - self.t0, 3),
+                ms.WORLD_SIZE: self.dist.world_size,
+                ms.NUM_WORKERS: c.num_workers,
+                ms.ASSIGN: c.assign,
+                ms.SLOTS: slot_counts(metas),
+                **totals,  # records_in, bad, blank_lines, skipped_members, lost_bytes
+                ms.ERROR_RATE: rate,
+                ms.MAX_ERROR_RATE: c.max_error_rate,
+                ms.ERRORS_DIR: join(c.output, ERRORS_DIR) if totals[ms.BAD] else None,
+                ms.STARTED_AT: round(self.t0, 3),  # rank 0's engine start, epoch seconds
+                ms.WALL_TIME_S: round(time.time() - self.t0, 3),
                 **extra,
                 **renamed_columns([(u.path, u.read) for u in self.units]),
-                "units": [unit_summary(m) for m in metas],
+                ms.UNITS: [unit_summary(m) for m in metas],
             }
         )
         if self.lease is not None:

@@ -18,6 +18,7 @@ from torch.distributed.elastic.multiprocessing.errors import ErrorHandler, recor
 
 from torchx_datapipes.errors import DatapipesError
 from torchx_datapipes.formats.spec import encode_spec
+from torchx_datapipes.io import manifest_schema as ms
 from torchx_datapipes.io.fs import split_patterns
 from torchx_datapipes.options import SPECS
 from torchx_datapipes.runner.badrecords import OnError
@@ -141,21 +142,21 @@ def build_op(args: argparse.Namespace, cfg: RunConfig, fn: Optional[Callable[...
 
 
 def summary(manifest: Dict[str, Any]) -> str:
-    parts = [f"{manifest['op']} done: {manifest['records_in']:,} records in"]
-    for key in ("records_out", "filtered"):
+    parts = [f"{manifest[ms.OP]} done: {manifest[ms.RECORDS_IN]:,} records in"]
+    for key, word in ((ms.RECORDS_OUT, "out"), (ms.FILTERED, "filtered")):
         if key in manifest:
-            parts.append(f"{manifest[key]:,} {key.replace('records_', '')}")
-    parts.append(f"{manifest['bad']:,} bad")
-    cache = manifest.get("cache")
+            parts.append(f"{manifest[key]:,} {word}")
+    parts.append(f"{manifest[ms.BAD]:,} bad")
+    cache = manifest.get(ms.CACHE)
     if cache:
         parts.append(f"cache {cache['hits']:,} hits / {cache['misses']:,} misses / {cache['errors']} errors")
-    wall = manifest["wall_time_s"]
-    rate = manifest["records_in"] / wall if wall else 0.0
+    wall = manifest[ms.WALL_TIME_S]
+    rate = manifest[ms.RECORDS_IN] / wall if wall else 0.0
     line = ", ".join(parts) + f" in {wall:.2f}s ({rate:,.0f} rec/s)"
-    slots = manifest.get("slots")
+    slots = manifest.get(ms.SLOTS)
     if slots:
         ran = ", ".join(f"slot {s}: {n}" for s, n in slots.items())
-        line += f"; units run per slot ({manifest.get('assign', 'dynamic')}): {ran}"
+        line += f"; units run per slot ({manifest.get(ms.ASSIGN, 'dynamic')}): {ran}"
     return line
 
 

@@ -15,6 +15,7 @@ from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
 import orjson
 
 from torchx_datapipes.cache import Cache, CacheStats, open_cache
+from torchx_datapipes.io import manifest_schema as ms
 from torchx_datapipes.kinds import FnKind
 from torchx_datapipes.secrets import mask_url, resolve
 
@@ -97,5 +98,5 @@ def summarize(memo: "Optional[Memo]", metas: List[Dict[str, Any]]) -> Optional[D
         return None
     total = CacheStats()
     for m in metas:
-        total = total + CacheStats.from_dict(m.get("cache") or {})
+        total = total + CacheStats.from_dict(m.get(ms.CACHE) or {})
     return {"url": memo.cache.describe(), "namespace": memo.cache.namespace, **total.as_dict()}

@@ -19,6 +19,7 @@ import orjson
 
 from torchx_datapipes.formats.planning import Unit
 from torchx_datapipes.formats.reading import UnitReader
+from torchx_datapipes.io import manifest_schema as ms
 from torchx_datapipes.io.fs import fs_and_path, join
 from torchx_datapipes.io.layout import QUEUE_JOB
 from torchx_datapipes.queue import Backpressure, Broker, UnitPublisher, open_queue, publish_end
@@ -54,7 +55,7 @@ class QueueTransformOp:
         self._broker: Optional[Broker] = None
 
     def options(self) -> Dict[str, Any]:
-        return {"queue": public(self.queue)}
+        return {ms.OPT_QUEUE: public(self.queue)}
 
     def broker(self) -> Broker:
         if self._broker is None:
@@ -90,33 +91,35 @@ class QueueTransformOp:
                 sink.record_failed(applier.line_of(i), out[i], TypeError(err), stage="serialize")
         pub.close()
         meta: Dict[str, Any] = {
-            "records_out": pub.records, "filtered": applier.filtered, "outputs": [], "files": [],
-            "messages": pub.seq, "first_publish_at": pub.first_publish_at,
-            "backpressure_wait_s": round(pressure.waited_s, 3), "peak_backlog": pressure.peak,
+            ms.RECORDS_OUT: pub.records, ms.FILTERED: applier.filtered, ms.OUTPUTS: [], ms.FILES: [],
+            ms.MESSAGES: pub.seq, ms.FIRST_PUBLISH_AT: pub.first_publish_at,
+            ms.BACKPRESSURE_WAIT_S: round(pressure.waited_s, 3), ms.PEAK_BACKLOG: pressure.peak,
         }  # fmt: skip
         if self.memo is not None and before is not None:
-            meta["cache"] = stats_delta(before, self.memo.stats())
+            meta[ms.CACHE] = stats_delta(before, self.memo.stats())
         return meta
 
     def finalize(self, ctx: PassContext, metas: List[Dict[str, Any]]) -> Dict[str, Any]:
-        total = sum(int(m["records_out"]) for m in metas)
+        total = sum(int(m[ms.RECORDS_OUT]) for m in metas)
         broker = self.broker()
         publish_end(broker, self.job, total)
         print(f"queue {broker.where}: end marker of job {self.job} published ({total:,} records)",
               file=sys.stderr, flush=True)  # fmt: skip
         broker.close()
-        firsts = [m["first_publish_at"] for m in metas if m.get("first_publish_at")]
+        firsts = [m[ms.FIRST_PUBLISH_AT] for m in metas if m.get(ms.FIRST_PUBLISH_AT)]
         return {
-            "records_out": total,
-            "filtered": sum(m["filtered"] for m in metas),
-            "output": public(self.queue),
-            "state": ctx.output,
-            "queue": {
-                "job": self.job, "messages": sum(int(m.get("messages", 0)) for m in metas),
-                "first_publish_at": min(firsts) if firsts else None, "max_backlog": self.max_backlog,
-                "backpressure_wait_s": round(sum(m.get("backpressure_wait_s", 0.0) for m in metas), 3),
-                "peak_backlog": max((int(m.get("peak_backlog", 0)) for m in metas), default=0),
-                "reconnects": broker.reconnects,
+            ms.RECORDS_OUT: total,
+            ms.FILTERED: sum(m[ms.FILTERED] for m in metas),
+            ms.OUTPUT: public(self.queue),
+            ms.STATE: ctx.output,
+            ms.QUEUE: {
+                ms.QUEUE_JOB_ID: self.job,
+                ms.QUEUE_MESSAGES: sum(int(m.get(ms.MESSAGES, 0)) for m in metas),
+                ms.QUEUE_FIRST_PUBLISH_AT: min(firsts) if firsts else None,
+                ms.QUEUE_MAX_BACKLOG: self.max_backlog,
+                ms.QUEUE_WAIT_S: round(sum(m.get(ms.BACKPRESSURE_WAIT_S, 0.0) for m in metas), 3),
+                ms.QUEUE_PEAK_BACKLOG: max((int(m.get(ms.PEAK_BACKLOG, 0)) for m in metas), default=0),
+                ms.QUEUE_RECONNECTS: broker.reconnects,
             },
-            **({"cache": summarize(self.memo, metas)} if self.memo is not None else {}),
+            **({ms.CACHE: summarize(self.memo, metas)} if self.memo is not None else {}),
         }  # fmt: skip

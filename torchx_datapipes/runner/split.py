@@ -24,6 +24,7 @@ from torchx_datapipes.formats.commit import encode_schema, main_meta_names
 from torchx_datapipes.formats.planning import Unit
 from torchx_datapipes.formats.reading import UnitReader
 from torchx_datapipes.formats.writing import PartWriter, encode_checked, part_name, writer_class
+from torchx_datapipes.io import manifest_schema as ms
 from torchx_datapipes.io.checksum import write_file, write_summed
 from torchx_datapipes.io.fs import fs_and_path, join, read_bytes
 from torchx_datapipes.io.layout import ERRORS_DIR, unit_file
@@ -74,8 +75,8 @@ class SplitOp:
 
     def options(self) -> dict[str, Any]:
         key, stratify = str(self.key) if self.key else "", self.stratify or ""
-        return {"fractions": str(self.fractions), "method": self.method, "seed": self.seed, "key": key,
-                "stratify": stratify}  # fmt: skip
+        return {ms.OPT_FRACTIONS: str(self.fractions), ms.OPT_METHOD: self.method, ms.OPT_SEED: self.seed,
+                ms.OPT_KEY: key, ms.OPT_STRATIFY: stratify}  # fmt: skip
 
     # -- passes ---------------------------------------------------------------------------
     def run(self, ctx: PassContext) -> None:
@@ -88,7 +89,7 @@ class SplitOp:
     def _build_assigner(self, ctx: PassContext) -> None:
         metas = ctx.load_metas("count")
         if self.method == "exact":
-            counts: list[Any] = [m["class_counts"] if self.stratify else m["count"] for m in metas]
+            counts: list[Any] = [m[ms.CLASS_COUNTS] if self.stratify else m[ms.COUNT] for m in metas]
             self.exact = ExactAssigner(counts, self.fractions, self.seed, stratified=bool(self.stratify))
             return
         # hash + stratify: rank 0 sorts every class's hashes once and ships the thresholds
@@ -96,9 +97,9 @@ class SplitOp:
         if ctx.rank == 0:
             per_class: dict[str, list[np.ndarray]] = {}
             for m in metas:
-                data = np.frombuffer(read_bytes(join(self.cfg.output, m["hashes"])), dtype=np.uint64)
+                data = np.frombuffer(read_bytes(join(self.cfg.output, m[ms.HASHES])), dtype=np.uint64)
                 start = 0
-                for c, n in m["class_counts"].items():
+                for c, n in m[ms.CLASS_COUNTS].items():
                     per_class.setdefault(c, []).append(data[start : start + n])
                     start += n
             merged = {c: np.concatenate(parts) for c, parts in per_class.items()}
@@ -122,15 +123,15 @@ class SplitOp:
                     uniq, inverse = np.unique(np.array(cls), return_inverse=True)
                     for j, c in enumerate(uniq.tolist()):
                         hashes.setdefault(c, []).append(h[inverse.reshape(-1) == j])
-        meta: dict[str, Any] = {"count": n}
+        meta: dict[str, Any] = {ms.COUNT: n}
         if self.stratify:
-            meta["class_counts"] = {c: classes[c] for c in sorted(classes)}
+            meta[ms.CLASS_COUNTS] = {c: classes[c] for c in sorted(classes)}
         if self.method == "hash" and self.stratify:
             rel = f"{SIDE_DIR}/hashes-{unit.name}.bin"
             empty = np.empty(0, dtype=np.uint64)
-            data = [np.concatenate(hashes[c]) if c in hashes else empty for c in meta["class_counts"]]
+            data = [np.concatenate(hashes[c]) if c in hashes else empty for c in meta[ms.CLASS_COUNTS]]
             written = write_summed(self.cfg.output, rel, np.concatenate([empty, *data]).tobytes())
-            meta["hashes"], meta["files"] = rel, [written]
+            meta[ms.HASHES], meta[ms.FILES] = rel, [written]
         return meta
 
     def split_unit(self, unit: Unit, reader: UnitReader, sink: ErrorSink) -> dict[str, Any]:
@@ -160,23 +161,23 @@ class SplitOp:
                 w.abort()
             raise
         meta: dict[str, Any] = {
-            "records_out": sum(w.records for w in writers),
-            "filtered": applier.filtered if applier is not None else 0,
-            "counts": {s: w.records for s, w in zip(names, writers)},
-            "outputs": rels,
-            "files": [s for w, r in zip(writers, rels) for s in w.file_sums(r)],
+            ms.RECORDS_OUT: sum(w.records for w in writers),
+            ms.FILTERED: applier.filtered if applier is not None else 0,
+            ms.COUNTS: {s: w.records for s, w in zip(names, writers)},
+            ms.OUTPUTS: rels,
+            ms.FILES: [s for w, r in zip(writers, rels) for s in w.file_sums(r)],
         }
         state = orjson.dumps({n: p.state() for n, p in zip(names, profiles)})
-        meta["files"].append(write_summed(self.cfg.output, unit_file(unit.name, PROFILE), state))
-        meta["profile"] = unit_file(unit.name, PROFILE)
+        meta[ms.FILES].append(write_summed(self.cfg.output, unit_file(unit.name, PROFILE), state))
+        meta[ms.PROFILE] = unit_file(unit.name, PROFILE)
         schemas = {r: encode_schema(w.schema) for w, r in zip(writers, rels) if w.schema is not None}
         if schemas:
-            meta["schemas"] = schemas
+            meta[ms.SCHEMAS] = schemas
         if self.stratify:
             table: dict[str, dict[str, int]] = {}
             for (s, c), k in sorted(per_class.items(), key=lambda x: (x[0][1], x[0][0])):
                 table.setdefault(c, dict.fromkeys(names, 0))[names[s]] = k
-            meta["class_counts"] = table
+            meta[ms.CLASS_COUNTS] = table
         return meta
 
     # -- pieces ---------------------------------------------------------------------------
@@ -295,10 +296,10 @@ class SplitOp:
     # -- commit ---------------------------------------------------------------------------
     def finalize(self, ctx: PassContext, metas: list[dict[str, Any]]) -> dict[str, Any]:
         names = self.fractions.names
-        splits = {s: sum(int(m["counts"][s]) for m in metas) for s in names}
+        splits = {s: sum(int(m[ms.COUNTS][s]) for m in metas) for s in names}
         classes: dict[str, dict[str, int]] = {}
         for m in metas:
-            for c, row in m.get("class_counts", {}).items():
+            for c, row in m.get(ms.CLASS_COUNTS, {}).items():
                 acc = classes.setdefault(c, dict.fromkeys(names, 0))
                 for s, k in row.items():
                     acc[s] += int(k)
@@ -308,8 +309,8 @@ class SplitOp:
         warnings = small_class_warnings(self.fractions, total, tuple(splits.values()), per_class)
         profiles = {s: SplitProfile() for s in names}
         for m in metas:
-            if m.get("profile"):
-                for s, state in orjson.loads(read_bytes(join(self.cfg.output, m["profile"]))).items():
+            if m.get(ms.PROFILE):
+                for s, state in orjson.loads(read_bytes(join(self.cfg.output, m[ms.PROFILE]))).items():
                     profiles[s].merge(SplitProfile.from_state(state))
         drift, drift_warnings = split_drift(profiles)
         warnings = [*warnings, *drift_warnings]
@@ -322,11 +323,12 @@ class SplitOp:
         if fs.exists(root):
             fs.rm(root, recursive=True)
         out: dict[str, Any] = {
-            **unified, "records_out": total, "filtered": sum(int(m.get("filtered", 0)) for m in metas),
-            "splits": splits, "fractions": self.fractions.as_dict(), "method": self.method, "seed": self.seed,
-            "key": list(self.key.fields) if self.key else None, "stratify": self.stratify,
-            "warnings": warnings, "output": self.cfg.output, "drift": drift,
+            **unified, ms.RECORDS_OUT: total, ms.FILTERED: sum(int(m.get(ms.FILTERED, 0)) for m in metas),
+            ms.SPLITS: splits, ms.FRACTIONS: self.fractions.as_dict(), ms.METHOD: self.method,
+            ms.SEED: self.seed,
+            ms.SPLIT_KEY: list(self.key.fields) if self.key else None, ms.STRATIFY: self.stratify,
+            ms.WARNINGS: warnings, ms.OUTPUT: self.cfg.output, ms.DRIFT: drift,
         }  # fmt: skip
         if self.stratify:
-            out["classes"] = classes
+            out[ms.CLASSES] = classes
         return out

@@ -12,6 +12,7 @@ import orjson
 from torchx_datapipes.formats.planning import Unit
 from torchx_datapipes.formats.reading import UnitReader
 from torchx_datapipes.io import manifest as mf
+from torchx_datapipes.io import manifest_schema as ms
 from torchx_datapipes.io.checksum import write_file, write_summed
 from torchx_datapipes.io.fs import join, read_bytes
 from torchx_datapipes.io.layout import unit_file
@@ -40,7 +41,7 @@ class StatsOp:
         return cls(config, cfg.output, fn, cfg.on_error)
 
     def options(self) -> Dict[str, Any]:
-        return {"stats": self.config.to_dict(), "fn": self.fn is not None}
+        return {ms.OPT_STATS: self.config.to_dict(), ms.OPT_FN: self.fn is not None}
 
     def run(self, ctx: PassContext) -> None:
         if self.config.fields and self.fn is None:  # every rank, before any work: a typo fails fast
@@ -72,17 +73,17 @@ class StatsOp:
                 partial.update(recs)
             sink.drain_parse_errors()
         written = write_summed(self.output, unit_file(unit.name, "stats"), partial.to_bytes())
-        return {"records_out": partial.records, "filtered": filtered, "files": [written]}
+        return {ms.RECORDS_OUT: partial.records, ms.FILTERED: filtered, ms.FILES: [written]}
 
     def finalize(self, ctx: PassContext, metas: List[Dict[str, Any]]) -> Dict[str, Any]:
         doc = self.merged_doc(ctx, metas)
         write_file(join(self.output, STATS_JSON), orjson.dumps(doc, option=orjson.OPT_INDENT_2))
         write_reports(doc, self.output)
         return {
-            "records_described": doc["records"],
-            "stats": join(self.output, STATS_JSON),
-            "report": join(self.output, "report.html"),
-            "markdown": join(self.output, "stats.md"),
+            ms.RECORDS_DESCRIBED: doc["records"],
+            ms.STATS: join(self.output, STATS_JSON),
+            ms.REPORT: join(self.output, "report.html"),
+            ms.MARKDOWN: join(self.output, "stats.md"),
         }
 
     def merged_doc(self, ctx: PassContext, metas: List[Dict[str, Any]]) -> Dict[str, Any]:
@@ -91,22 +92,22 @@ class StatsOp:
         for unit in ctx.units:  # unit order: the merge is deterministic for any -j
             merged.merge(StatsPartial.from_bytes(read_bytes(self.partial_url(unit))))
         doc = merged.result()
-        records_in = sum(m["records_in"] for m in metas)
-        bad = sum(m["bad"] for m in metas)
-        inputs = [{"path": p, "size": s} for p, s in ctx.inputs]
+        records_in = sum(m[ms.RECORDS_IN] for m in metas)
+        bad = sum(m[ms.BAD] for m in metas)
+        inputs = [{ms.INPUT_PATH: p, ms.INPUT_SIZE: s} for p, s in ctx.inputs]
         # the manifest fields the other ops write (``_SUCCESS`` itself is written after this file)
         base = mf.base_manifest(self.name, inputs, ctx.options)
-        manifest = {k: base[k] for k in ("manifest_version", "op", "created", "options", "versions")}
+        manifest = {k: base[k] for k in (ms.VERSION, ms.OP, ms.CREATED, ms.OPTIONS, ms.VERSIONS)}
         doc.update(
             {
                 "schema_version": SCHEMA_VERSION,
                 "records_in": records_in,
                 "bad_records": bad,
-                "filtered": sum(m["filtered"] for m in metas),
+                "filtered": sum(m[ms.FILTERED] for m in metas),
                 "inputs": inputs,
                 "world_size": ctx.world_size,
                 "artifact": {"url": ctx.artifact, "sha256": ctx.sha256},
-                "manifest": {**manifest, "num_workers": ctx.num_workers},
+                "manifest": {**manifest, ms.NUM_WORKERS: ctx.num_workers},
             }
         )
         return doc

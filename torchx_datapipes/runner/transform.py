@@ -6,6 +6,7 @@ from torchx_datapipes.formats.commit import encode_schema, main_meta_names
 from torchx_datapipes.formats.planning import Unit
 from torchx_datapipes.formats.reading import UnitReader
 from torchx_datapipes.formats.writing import PartWriter, encode_checked, part_name, writer_class
+from torchx_datapipes.io import manifest_schema as ms
 from torchx_datapipes.io.fs import join
 from torchx_datapipes.runner.apply import Applier
 from torchx_datapipes.runner.badrecords import ErrorSink
@@ -51,12 +52,16 @@ class TransformOp:
         except BaseException:
             writer.abort()
             raise
-        meta: Dict[str, Any] = {"records_out": writer.records, "filtered": applier.filtered, "outputs": [rel]}
-        meta["files"] = writer.file_sums(rel)
+        meta: Dict[str, Any] = {
+            ms.RECORDS_OUT: writer.records,
+            ms.FILTERED: applier.filtered,
+            ms.OUTPUTS: [rel],
+        }
+        meta[ms.FILES] = writer.file_sums(rel)
         if writer.schema is not None:
-            meta["schemas"] = {rel: encode_schema(writer.schema)}
+            meta[ms.SCHEMAS] = {rel: encode_schema(writer.schema)}
         if self.memo is not None and before is not None:
-            meta["cache"] = stats_delta(before, self.memo.stats())
+            meta[ms.CACHE] = stats_delta(before, self.memo.stats())
         return meta
 
     def finalize(self, ctx: PassContext, metas: List[Dict[str, Any]]) -> Dict[str, Any]:
@@ -65,8 +70,8 @@ class TransformOp:
         )
         return {
             **unified,
-            "records_out": sum(m["records_out"] for m in metas),
-            "filtered": sum(m["filtered"] for m in metas),
-            "output": self.output,
-            **({"cache": summarize(self.memo, metas)} if self.memo is not None else {}),
+            ms.RECORDS_OUT: sum(m[ms.RECORDS_OUT] for m in metas),
+            ms.FILTERED: sum(m[ms.FILTERED] for m in metas),
+            ms.OUTPUT: self.output,
+            **({ms.CACHE: summarize(self.memo, metas)} if self.memo is not None else {}),
         }

@@ -13,6 +13,7 @@ import orjson
 
 from torchx_datapipes.formats.planning import Unit
 from torchx_datapipes.formats.reading import UnitReader
+from torchx_datapipes.io import manifest_schema as ms
 from torchx_datapipes.io.checksum import write_file, write_summed
 from torchx_datapipes.io.fs import join, read_bytes
 from torchx_datapipes.io.layout import unit_file
@@ -60,13 +61,13 @@ class ValidateOp(StatsOp):
 
     def options(self) -> Dict[str, Any]:
         return {
-            "validate": {
-                "schema": self.schema.to_dict(),
-                "baseline": self.baseline_url,
-                "fail_on": self.fail_on,
+            ms.OPT_VALIDATE: {
+                ms.OPT_VALIDATE_SCHEMA: self.schema.to_dict(),
+                ms.OPT_VALIDATE_BASELINE: self.baseline_url,
+                ms.OPT_VALIDATE_FAIL_ON: self.fail_on,
             },
-            "stats": self.config.to_dict(),
-            "fn": self.fn is not None,
+            ms.OPT_STATS: self.config.to_dict(),
+            ms.OPT_FN: self.fn is not None,
         }
 
     def run(self, ctx: PassContext) -> None:
@@ -104,7 +105,7 @@ class ValidateOp(StatsOp):
             write_summed(self.output, unit_file(unit.name, "stats"), partial.to_bytes()),
             write_summed(self.output, unit_file(unit.name, "anom"), orjson.dumps(checker.found.state())),
         ]
-        return {"records_out": partial.records, "filtered": filtered, "files": files}
+        return {ms.RECORDS_OUT: partial.records, ms.FILTERED: filtered, ms.FILES: files}
 
     def finalize(self, ctx: PassContext, metas: List[Dict[str, Any]]) -> Dict[str, Any]:
         from torchx_datapipes.schema.report import write_report
@@ -130,11 +131,11 @@ class ValidateOp(StatsOp):
         if failing:
             raise AnomaliesFoundError(failure_message(failing, self.fail_on, self.output, self.schema_url))
         return {
-            "records_described": doc["records"],
-            "anomalies": len(anomalies),
-            "stats": join(self.output, STATS_JSON),
-            "anomalies_json": join(self.output, ANOMALIES_JSON),
-            "report": join(self.output, REPORT_HTML),
+            ms.RECORDS_DESCRIBED: doc["records"],
+            ms.ANOMALIES: len(anomalies),
+            ms.STATS: join(self.output, STATS_JSON),
+            ms.ANOMALIES_JSON: join(self.output, ANOMALIES_JSON),
+            ms.REPORT: join(self.output, REPORT_HTML),
         }
 
 

@@ -16,6 +16,7 @@ from typing import Any, Callable, Dict, List
 from torchx_datapipes.errors import DatapipesError
 from torchx_datapipes.formats.commit import encode_schema
 from torchx_datapipes.io import manifest as mf
+from torchx_datapipes.io import manifest_schema as ms
 from torchx_datapipes.io.blocksums import of_bytes
 from torchx_datapipes.io.checksum import write_summed
 from torchx_datapipes.io.fs import join, read_bytes
@@ -38,7 +39,7 @@ def unify_parts(
     from torchx_datapipes.formats.parquet.arrow import conform, unify
 
     parts = [(m, rel, pa.ipc.read_schema(pa.py_buffer(base64.b64decode(s))))
-             for m in metas for rel, s in sorted(m.get("schemas", {}).items())]  # fmt: skip
+             for m in metas for rel, s in sorted(m.get(ms.SCHEMAS, {}).items())]  # fmt: skip
     if not parts:
         return {}
     try:
@@ -65,13 +66,12 @@ def unify_parts(
         data = buf.getvalue()
         fsum = write_summed(output, rel, data).to_json()
         ssum = write_summed(output, block_sums_file(rel), of_bytes(data)).to_json()
-        new = {rel: fsum, ssum["path"]: ssum}
-        m["files"] = [new.pop(f["path"], f) for f in m["files"]] + list(new.values())
-        m["schemas"][rel] = encode_schema(target.serialize().to_pybytes())
+        new = {rel: fsum, ssum[ms.FILE_PATH]: ssum}
+        m[ms.FILES] = [new.pop(f[ms.FILE_PATH], f) for f in m[ms.FILES]] + list(new.values())
+        m[ms.SCHEMAS][rel] = encode_schema(target.serialize().to_pybytes())
         mf.write_unit_meta(output, meta_name(m), m)
         rewritten += 1
     for m in metas:  # the commit records on disk keep them; the manifest's unit summaries need not
-        m.pop("schemas", None)
-    return {
-        "parquet_schema": {"fields": [f"{f.name}: {f.type}" for f in target], "rewritten_parts": rewritten}
-    }
+        m.pop(ms.SCHEMAS, None)
+    fields = [f"{f.name}: {f.type}" for f in target]
+    return {ms.PARQUET_SCHEMA: {ms.PARQUET_FIELDS: fields, ms.PARQUET_REWRITTEN: rewritten}}
