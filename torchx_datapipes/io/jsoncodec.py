@@ -76,8 +76,19 @@ class BadTag(DatapipesError, ValueError):
     """A tagged object (``{"__tdp__": ...}`` of exactly a tag's keys) whose value does not decode."""
 
 
-def _tensor_tag(o: Any) -> Dict[str, Any]:
-    """An array or tensor as its tagged object: dtype, shape and row-major values."""
+_NUMPY = orjson.OPT_SERIALIZE_NUMPY
+
+
+def _tensor_tag(o: Any, fragment: bool = False) -> Dict[str, Any]:
+    """An array or tensor as its tagged object: dtype, shape and row-major values.
+
+    ``fragment``: ``data`` as JSON already written by orjson's numpy serializer (C speed; for
+    orjson's ``default``). float16/float32 values are widened to float64 first and written as the
+    float64 repr of their exact value, as ``tolist()`` gives them: a reader parses a float64 and
+    casts it to the dtype, exact by construction. (Their shortest float32 decimals, about half the
+    bytes, would be parsed as float64 and rounded a second time to float32, which is not proven
+    exact.)
+    """
     if is_tensor(o) and str(o.dtype) == "torch.bfloat16":  # numpy has no bfloat16; float32 holds it exactly
         t = o.detach().cpu()
         data = t.float().reshape(-1).tolist()
@@ -91,7 +102,14 @@ def _tensor_tag(o: Any) -> Dict[str, Any]:
         dtype = arr.dtype.str
     else:
         raise TypeError(f"an array of dtype {arr.dtype} is not JSON-serializable")
-    return {TAG: "tensor", "dtype": dtype, "shape": list(arr.shape), "data": arr.reshape(-1).tolist()}
+    flat = arr.reshape(-1)
+    data: Any
+    if fragment and kind in "biuf":
+        flat = np.ascontiguousarray(flat, dtype=np.float64 if kind == "f" else flat.dtype.newbyteorder("="))
+        data = orjson.Fragment(orjson.dumps(flat, option=_NUMPY))
+    else:
+        data = flat.tolist()
+    return {TAG: "tensor", "dtype": dtype, "shape": list(arr.shape), "data": data}
 
 
 def _datetime_tag(o: datetime.datetime) -> Dict[str, Any]:
@@ -124,7 +142,11 @@ def encode_value(o: Any) -> Any:
     raise TypeError(f"Type is not JSON serializable: {type(o).__name__}")
 
 
-_default = encode_value
+def _default(o: Any) -> Any:
+    """orjson's ``default``: :func:`encode_value`, tensors' values written by orjson itself."""
+    if isinstance(o, np.ndarray) or is_tensor(o):
+        return _tensor_tag(o, fragment=True)
+    return encode_value(o)
 
 
 def _to_plain(v: Any) -> Any:
@@ -320,7 +342,7 @@ def _plain(v: Any) -> bool:
 def dumps(rec: Any) -> bytes:
     """One record as JSON (typed values as tagged objects); integers beyond 64 bits stay exact."""
     try:
-        line = orjson.dumps(rec, default=encode_value, option=_OPTS)
+        line = orjson.dumps(rec, default=_default, option=_OPTS)
     except TypeError as e:
         if "Integer exceeds 64-bit range" not in str(e):
             raise
@@ -333,7 +355,7 @@ def dumps(rec: Any) -> bytes:
 def encode_checked(recs: List[Any]) -> Tuple[List[bytes], Failures]:
     """Encode records to JSON; return the encoded ones and ``(index, error)`` for the rest."""
     try:  # the hot path: orjson on the whole batch
-        lines = [orjson.dumps(r, default=encode_value, option=_OPTS) for r in recs]
+        lines = [orjson.dumps(r, default=_default, option=_OPTS) for r in recs]
     except TypeError:
         pass  # then record by record, with the exact encoder for integers beyond 64 bits
     else:
