@@ -91,8 +91,8 @@ def _tensor_tag(o: Any, fragment: bool = False) -> Dict[str, Any]:
     """
     if is_tensor(o) and str(o.dtype) == "torch.bfloat16":  # numpy has no bfloat16; float32 holds it exactly
         t = o.detach().cpu()
-        data = t.float().reshape(-1).tolist()
-        return {TAG: "tensor", "dtype": "bfloat16", "shape": list(t.shape), "data": data}
+        values = t.float().reshape(-1).tolist()
+        return {TAG: "tensor", "dtype": "bfloat16", "shape": list(t.shape), "data": values}
     arr = as_array(o)
     assert arr is not None
     kind = arr.dtype.kind
