@@ -38,3 +38,21 @@ def test_what_json_cannot_keep_goes_member_by_member_in_the_same_message() -> No
     assert math.isnan(got[1]["nan"]) and got[1]["inf"] == -math.inf
     assert got[2]["t"].dtype == torch.int16 and got[2]["t"].tolist() == [[0, 1, 2], [3, 4, 5]]
     assert got[2]["b"] == b"\x00\xff" and got[3] == {"id": 4, "nested": {"a": [1, 2]}} and got[4] == recs[4]
+
+
+def test_decimal_dates_and_nested_tensors_keep_their_types() -> None:
+    import datetime
+    import decimal
+    import zoneinfo
+
+    rec = {
+        "d": decimal.Decimal("1.10"),
+        "day": datetime.date(2024, 2, 29),
+        "ts": datetime.datetime(2024, 10, 27, 2, 30, fold=1, tzinfo=zoneinfo.ZoneInfo("Europe/Paris")),
+        "nested": {"t": torch.arange(3, dtype=torch.uint8), "nan": math.nan},
+    }
+    (got,) = _roundtrip([rec])
+    assert str(got["d"]) == "1.10" and type(got["d"]) is decimal.Decimal and got["day"] == rec["day"]
+    assert got["ts"].isoformat() == rec["ts"].isoformat() and got["ts"].tzinfo == rec["ts"].tzinfo
+    t = got["nested"]["t"]
+    assert t.dtype == torch.uint8 and t.tolist() == [0, 1, 2] and math.isnan(got["nested"]["nan"])

@@ -70,14 +70,47 @@ def test_serialization_failure_names_file_and_line(tmp_path: Path, inp: Path, fm
     assert why in err["error"]
 
 
-def test_jsonl_writes_tensors_as_lists_and_decimal_dates_as_strings(tmp_path: Path, inp: Path) -> None:
+def test_jsonl_writes_tensors_decimal_dates_as_tagged_objects_read_back_typed(
+    tmp_path: Path, inp: Path
+) -> None:
+    import datetime
+    import decimal
+
+    from torchx_datapipes.data import OutputDataset
+
     m = run_op("transform", str(inp), tmp_path / "o", fn=_mixed)
     assert m["bad"] == 0
     first = json.loads((tmp_path / "o/part-00000.jsonl").read_text().splitlines()[0])
     assert first == {
-        "id": 0, "t": [[0, 2], [1, 3]], "h": [0.5, 0.5], "d": "1.10", "day": "2024-02-29",
-        "ts": "2024-02-29T12:30:00", "n": 3,
-    }  # fmt: skip
+        "id": 0,
+        "t": {"__tdp__": "tensor", "dtype": "int64", "shape": [2, 2], "data": [0, 2, 1, 3]},
+        "h": {"__tdp__": "tensor", "dtype": "float16", "shape": [2], "data": [0.5, 0.5]},
+        "d": {"__tdp__": "decimal", "value": "1.10"},
+        "day": {"__tdp__": "date", "value": "2024-02-29"},
+        "ts": {"__tdp__": "datetime", "value": "2024-02-29T12:30:00"},
+        "n": 3,
+    }
+    back = next(iter(OutputDataset(str(tmp_path / "o"))))
+    assert back["t"].dtype == torch.int64 and back["t"].tolist() == [[0, 2], [1, 3]]
+    assert back["h"].dtype == torch.float16 and back["h"].tolist() == [0.5, 0.5]
+    assert back["d"] == decimal.Decimal("1.10") and str(back["d"]) == "1.10"
+    assert back["day"] == datetime.date(2024, 2, 29) and back["ts"] == datetime.datetime(2024, 2, 29, 12, 30)
+    assert back["n"] == 3 and type(back["n"]) is int
+
+
+def test_jsonl_refuses_a_dict_holding_the_reserved_tag_key(tmp_path: Path, inp: Path) -> None:
+    m = run_op(
+        "transform", str(inp), tmp_path / "o", "--on_error", "skip", "--max_error_rate", "1",
+        fn=_reserved,
+    )  # fmt: skip
+    (err,) = _errors(tmp_path / "o")
+    assert err["line"] == BAD_ID + 1 and "field meta.x: a dict with the key '__tdp__'" in err["error"], err
+    assert m["records_out"] == 9
+
+
+def _reserved(r: Dict[str, Any]) -> Dict[str, Any]:
+    x = {"__tdp__": "decimal", "value": "1"} if r["id"] == BAD_ID else {"k": 1}
+    return {"id": r["id"], "meta": {"x": x}}
 
 
 def _mixed(r: Dict[str, Any]) -> Dict[str, Any]:

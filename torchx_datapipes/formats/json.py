@@ -2,7 +2,8 @@
 
 A ``.json`` file whose first line is a complete JSON value is JSON Lines (as many tools write
 ``.json``) and is planned, split and read as such. A document is one unit, read whole (orjson);
-the location of a record is its index in the array, 1-based (``line`` in errors).
+the location of a record is its index in the array, 1-based (``line`` in errors). Tagged
+objects (formats/jsonl/codec.py: tensors, Decimal, dates) are read as their values, as in JSON Lines.
 """
 
 from typing import TYPE_CHECKING, Any, List, Sequence
@@ -22,6 +23,7 @@ from torchx_datapipes.formats.base import (
 from torchx_datapipes.formats.format import Format
 from torchx_datapipes.formats.jsonl import dupkeys
 from torchx_datapipes.formats.jsonl.bigints import TooDeep, loads_exact, may_hold_big_int
+from torchx_datapipes.formats.jsonl.codec import TAG_BYTES, BadTag, decode_tags
 from torchx_datapipes.formats.lines import JsonLinesFormat, json_type, show
 from torchx_datapipes.formats.unit import Unit
 from torchx_datapipes.io.streams import CorruptError, TruncatedError
@@ -99,12 +101,19 @@ class JsonFormat(InputFormat):
             ) from e
         items = doc if isinstance(doc, list) else [doc]
         repeated = dupkeys.repeated_items(data, doc)  # objects that repeat a key: bad records
+        tagged = TAG_BYTES in data  # typed values as our writers tag them (formats/jsonl/codec.py)
         recs: List[Any] = []
         rows: List[int] = []
         for i, rec in enumerate(items, 1):
             if i - 1 in repeated:
                 reader.add_bad(i, dupkeys.message(repeated[i - 1]), show(orjson.dumps(rec)))
                 continue
+            if tagged:
+                try:
+                    rec = decode_tags(rec)
+                except BadTag as e:
+                    reader.add_bad(i, str(e), show(orjson.dumps(rec, default=str)))
+                    continue
             if reader.objects_only and rec.__class__ is not dict:
                 reader.add_bad(
                     i, f"expected a JSON object per array item, got {json_type(rec)}", show(orjson.dumps(rec))

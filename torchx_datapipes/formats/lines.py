@@ -1,5 +1,9 @@
 """Line formats: JSON Lines (a JSON object per line) and text (a ``str`` per line).
 
+JSON Lines values are read as our writers write them (formats/jsonl/codec.py): integers beyond 64 bits
+exact, and the tagged objects of typed values (``{"__tdp__": "tensor", ...}``: tensors, Decimal,
+dates, times) as those values, so a job's JSON Lines output is the next job's input unchanged.
+
 Uncompressed files are cut into line-aligned byte ranges; a line belongs to the unit its
 first byte is in. Line numbers are unit-local while reading and mapped to the file's on error.
 """
@@ -13,6 +17,7 @@ from torchx_datapipes.errors import DatapipesError
 from torchx_datapipes.formats.base import BOM, Batches, InputFormat, open_unit_stream, too_large
 from torchx_datapipes.formats.jsonl import dupkeys
 from torchx_datapipes.formats.jsonl.bigints import TooDeep, loads_exact, may_hold_big_int
+from torchx_datapipes.formats.jsonl.codec import TAG_BYTES, BadTag, decode_tags
 from torchx_datapipes.formats.jsonl.dupkeys import DuplicateKey
 from torchx_datapipes.io.streams import CorruptError, TruncatedError
 
@@ -206,22 +211,37 @@ def _skip(_raw: bytes) -> None:
     pass
 
 
-def _drop_repeated(
+def _checked(
     r: "UnitReader", recs: List[Any], lines: Optional[List[int]], base: int, raws: List[bytes]
 ) -> Tuple[List[Any], Optional[List[int]]]:
-    """``recs`` without the objects that repeat a key, each a bad record naming it (``dupkeys``).
+    """A batch of JSON Lines records as parsed, checked: objects that repeat a key dropped, then
+    tagged objects (formats/jsonl/codec.py: tensors, Decimal, dates) decoded, in the batches whose bytes
+    hold the tag (one search of the batch; a plain file pays nothing else)."""
+    joined = b"".join(raws)
+    recs, lines, raws = _drop_repeated(r, recs, lines, base, raws, joined)
+    if TAG_BYTES in joined:
+        recs, lines = _decode_tagged(r, recs, lines, base, raws)
+    return recs, lines
+
+
+def _drop_repeated(
+    r: "UnitReader", recs: List[Any], lines: Optional[List[int]], base: int, raws: List[bytes], joined: bytes
+) -> Tuple[List[Any], Optional[List[int]], List[bytes]]:
+    """``recs`` without the objects that repeat a key, each a bad record naming it (``dupkeys``),
+    with their lines and raw lines.
 
     Once per batch: the key colons (``":``) of its lines against the keys orjson returned, then
     against orjson's encoding of what it parsed (nested objects); equal means no repeated key."""
-    raw_keys = b"".join(raws).count(_KEY_END)
+    raw_keys = joined.count(_KEY_END)
     try:
         if raw_keys <= sum(map(len, recs)) or raw_keys <= orjson.dumps(recs).count(_KEY_END):
-            return recs, lines
+            return recs, lines, raws
     except TypeError:  # an int beyond 64 bits, or a record that is a number: look line by line
         pass
     at = lines if lines is not None else range(base, base + len(recs))
     keep_recs: List[Any] = []
     keep_lines: List[int] = []
+    keep_raws: List[bytes] = []
     for rec, lineno, raw in zip(recs, at, raws, strict=True):
         try:
             dupkeys.check(raw, rec)
@@ -230,7 +250,28 @@ def _drop_repeated(
             continue
         keep_recs.append(rec)
         keep_lines.append(lineno)
-    return (recs, lines) if len(keep_recs) == len(recs) else (keep_recs, keep_lines)
+        keep_raws.append(raw)
+    return (recs, lines, raws) if len(keep_recs) == len(recs) else (keep_recs, keep_lines, keep_raws)
+
+
+def _decode_tagged(
+    r: "UnitReader", recs: List[Any], lines: Optional[List[int]], base: int, raws: List[bytes]
+) -> Tuple[List[Any], Optional[List[int]]]:
+    """The records of lines holding the tag bytes, their tagged objects decoded; one that does not
+    decode is a bad record."""
+    at = lines if lines is not None else range(base, base + len(recs))
+    keep_recs: List[Any] = []
+    keep_lines: List[int] = []
+    for rec, lineno, raw in zip(recs, at, raws, strict=True):
+        if TAG_BYTES in raw:
+            try:
+                rec = decode_tags(rec)
+            except BadTag as e:
+                r.add_bad(lineno, str(e), show(raw))
+                continue
+        keep_recs.append(rec)
+        keep_lines.append(lineno)
+    return (keep_recs, lines) if len(keep_recs) == len(recs) else (keep_recs, keep_lines)
 
 
 def _lines(r: "UnitReader", jsonl: bool) -> Batches:
@@ -278,13 +319,13 @@ def _lines(r: "UnitReader", jsonl: bool) -> Batches:
                 keep(raw)
                 if len(recs) >= size:
                     if jsonl:
-                        recs, lines = _drop_repeated(r, recs, lines, base, raws)
+                        recs, lines = _checked(r, recs, lines, base, raws)
                     if recs:
                         yield recs, (lines if lines is not None else range(base, base + len(recs)))
                     recs, lines, raws = [], None, []
                     keep = raws.append if jsonl else _skip
         r.bytes_read = raw_fh.consumed
     if recs and jsonl:
-        recs, lines = _drop_repeated(r, recs, lines, base, raws)
+        recs, lines = _checked(r, recs, lines, base, raws)
     if recs:
         yield recs, (lines if lines is not None else range(base, base + len(recs)))

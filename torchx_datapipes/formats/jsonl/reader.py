@@ -1,4 +1,8 @@
-"""JSON Lines parts: chunks of consecutive lines, found with a per-process line index."""
+"""JSON Lines parts: chunks of consecutive lines, found with a per-process line index.
+
+Lines are decoded by formats/jsonl/codec.py (``loads_lines``): exact big integers, and the tagged objects
+of typed values (tensors, Decimal, dates, times) as those values, in blocks holding the tag bytes.
+"""
 
 from typing import Dict, List, Sequence, Tuple
 

@@ -1,8 +1,11 @@
 """Records to Arrow columns, and one schema for many parts (see docs/tensors.md for the layout).
 
 - scalars keep their width: numpy ``int8``/``float32``/... scalars stay int8/float32, Python
-  ints are int64, floats double; ``Decimal`` is decimal128, ``datetime`` timestamp[us], ``date``
-  date32, ``bytes`` binary;
+  ints are int64, floats double; ``Decimal`` is decimal128 (decimal256 beyond 38 digits; NaN and
+  infinities refused), ``datetime`` timestamp[us] (an aware one with its zone: ``tz=Europe/Paris``,
+  ``tz=+05:30``, ``tz=UTC``), ``date`` date32, naive ``time`` time64[us], ``bytes`` binary; a column
+  holds one kind of date/time and one time zone, and a ``time`` with a time zone is refused (Arrow
+  would convert them silently; see ``_check_temporal``);
 - a column whose values are arrays/tensors of one shape is ``arrow.fixed_shape_tensor`` of their
   dtype (0-d ones: a plain column of the dtype, its field marked ``{"torchx_datapipes.tensor":
   "0d"}`` so that our readers give 0-d tensors back and other readers see plain numbers);
@@ -15,6 +18,7 @@
 casts a table to the unified schema.
 """
 
+import datetime
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
@@ -47,7 +51,7 @@ def _array_column(arrays: List[Optional[np.ndarray]]) -> pa.Array:
         raise TypeError(f"arrays of dtype {dtype} cannot be written as tensors; use a numeric or bool dtype")
     shapes = {a.shape for a in present}
     mask = np.array([a is None for a in arrays])
-    if len(shapes) == 1:
+    if len(shapes) == 1 and (present[0].size or not present[0].ndim):  # Arrow has no 0-size fixed shape
         shape = present[0].shape
         filler = np.zeros(shape, dtype)
         stacked = np.stack([filler if a is None else a.astype(dtype, copy=False) for a in arrays])
@@ -86,11 +90,64 @@ def _column(values: List[Any]) -> Tuple[pa.Array, bool]:
     return _plain_column(values), False
 
 
+def _has_temporal(t: pa.DataType) -> bool:
+    if pa.types.is_temporal(t):
+        return True
+    if pa.types.is_struct(t):
+        return any(_has_temporal(f.type) for f in t)
+    if pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t):
+        return _has_temporal(t.value_type)
+    return False
+
+
+def _temporal_kinds(v: Any, path: str, out: Dict[str, Dict[str, None]]) -> None:
+    """The kinds of dates/times in ``v`` by path (list items share one): ``date``, ``datetime``
+    (naive), ``datetime UTC`` / ``datetime Europe/Paris`` (its time zone), ``time``, ``time UTC``."""
+    if isinstance(v, dict):
+        for k, x in v.items():
+            _temporal_kinds(x, f"{path}.{k}", out)
+    elif isinstance(v, (list, tuple)):
+        for x in v:
+            _temporal_kinds(x, f"{path}[]", out)
+    elif isinstance(v, (datetime.datetime, datetime.time)):
+        kind = "datetime" if isinstance(v, datetime.datetime) else "time"
+        out.setdefault(path, {})[kind if v.tzinfo is None else f"{kind} {v.tzinfo}"] = None
+    elif isinstance(v, datetime.date):
+        out.setdefault(path, {})["date"] = None
+
+
+def _check_temporal(values: List[Any], col: pa.Array) -> None:
+    """Refuse what Arrow would change silently: one column holds one kind of date/time and one time
+    zone (``pa.array`` casts a datetime next to a date to a date, an aware one to the zone of the first,
+    a naive one to UTC), and an Arrow time has no time zone."""
+    if not _has_temporal(col.type):
+        return
+    kinds: Dict[str, Dict[str, None]] = {}
+    for v in values:
+        _temporal_kinds(v, "", kinds)
+    for path, seen in kinds.items():
+        where = f"value {path.lstrip('.')}: " if path else ""
+        aware_time = [k for k in seen if k.startswith("time ")]
+        if aware_time:
+            raise TypeError(
+                f"{where}a datetime.time with a time zone ({aware_time[0][5:]}): a Parquet time has none;"
+                " drop the tzinfo, use a datetime, or write --output_format jsonl or webdataset"
+            )
+        if len(seen) > 1:
+            raise TypeError(
+                f"{where}{' and '.join(seen)} values in one column: Parquet keeps one kind of date/time"
+                " and one time zone per column (Arrow would convert the others); make them one kind"
+            )
+
+
 def _plain_column(values: List[Any]) -> pa.Array:
     try:
-        return pa.array(values)
+        col = pa.array(values)
     except (pa.ArrowInvalid, pa.ArrowTypeError):
         pass  # tensors nested in dicts or lists: as numpy (1-d ones become typed lists)
+    else:
+        _check_temporal(values, col)
+        return col
     deep = [_deep_numpy(v) for v in values]
     nested = find_value(deep, lambda x: isinstance(x, np.ndarray) and x.ndim != 1)
     if nested:
@@ -99,7 +156,9 @@ def _plain_column(values: List[Any]) -> pa.Array:
             f"value {where} is an array that is not 1-d, nested in a dict or list; Parquet keeps the"
             " shape of tensors at the top level of a record only: make it a field of its own"
         )
-    return pa.array(deep)
+    col = pa.array(deep)
+    _check_temporal(values, col)
+    return col
 
 
 def _deep_numpy(v: Any) -> Any:

@@ -14,7 +14,12 @@ numpy array / torch tensor                  ``<key>.<field>.npy``   a tensor, dt
 ``int`` in a ``cls``/``cls2``/``index``/    ``<key>.<field>``       ``int`` (decimal text)
 ``inx``/``id`` field
 anything else (``"007"`` in ``id``, ``5``   ``<key>.<field>.json``  the JSON value: exact big
-in ``txt``, floats incl. NaN/inf, lists...)                         integers, NaN and infinity
+in ``txt``, floats incl. NaN/inf, lists,                            integers, NaN and infinity;
+``Decimal``, dates, times, nested arrays)                           ``Decimal``, ``date``,
+                                                                    ``datetime`` (tz kept),
+                                                                    ``time`` and nested arrays
+                                                                    (tensors) from the tagged
+                                                                    objects of formats/jsonl/codec.py
 ==========================================  ======================  ==========================
 
 A field whose name already ends in ``npy``/``json`` is not given the extension twice. The text
@@ -63,23 +68,20 @@ def _json(v: Any) -> bytes:
     try:
         return dumps(v)
     except NonFiniteError:
+        jsoncodec.check_reserved(v)
         return json.dumps(_plain(v), allow_nan=True, ensure_ascii=False, separators=(",", ":")).encode()
 
 
 def _plain(v: Any) -> Any:
-    """``v`` as Python values the stdlib encoder takes, floats kept (NaN stays NaN)."""
+    """``v`` as Python values the stdlib encoder takes, floats kept (NaN stays NaN); arrays, tensors,
+    ``Decimal`` and dates as the JSON Lines writer's tagged objects (formats/jsonl/codec.py)."""
     if isinstance(v, dict):
         return {str(k): _plain(x) for k, x in v.items()}
     if isinstance(v, (list, tuple)):
         return [_plain(x) for x in v]
-    arr = as_array(v)
-    if arr is not None:
-        return arr.tolist()
-    if isinstance(v, np.generic):
-        return v.item()
     if isinstance(v, float) or v is None or isinstance(v, (str, int, bool)):
         return v
-    return jsoncodec.loads(dumps(v))  # Decimal, dates, ...: as the JSON Lines writer writes them
+    return _plain(jsoncodec.encode_value(v))
 
 
 def member(key: str, field: str, v: Any) -> Tuple[str, bytes]:
