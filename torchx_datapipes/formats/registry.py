@@ -185,34 +185,39 @@ def builtin_output_names() -> Tuple[str, ...]:
     return tuple(n for n in sorted(_KNOWN) if get_format(n).writable)
 
 
-def input_class(name: str) -> Type[InputFormat]:
-    """The InputFormat class of a ``--format`` name or alias (imports its module now)."""
+def _for(name: str, direction: str) -> Format:
+    """The Format of ``name`` if it has ``direction`` (``input`` or ``output``), else the error listing
+    the formats that have it."""
     try:
         fmt: Optional[Format] = get_format(name)
     except ValueError:
         fmt = None
-    if fmt is None or not fmt.readable_input:
-        what = "unknown input format" if fmt is None else "an output format with no input reader:"
+    has = fmt is not None and (fmt.readable_input if direction == "input" else fmt.writable)
+    if fmt is None or not has:
+        if fmt is None:
+            what = f"unknown {direction} format"
+        else:
+            what = (
+                "an output format with no input reader:"
+                if direction == "input"
+                else "an input format with no writer:"
+            )
+        names = ("auto", *input_names()) if direction == "input" else output_names()
         raise ValueError(
-            f"{what} {name!r}; use one of auto, {', '.join(input_names())} (a plug-in adds one with"
-            f" register_format or the entry-point group {ENTRY_POINT_GROUP!r})"
+            f"{what} {name!r}; use one of {', '.join(names)} (a plug-in adds one with register_format"
+            f" or the entry-point group {ENTRY_POINT_GROUP!r})"
         )
-    return fmt.input_class()
+    return fmt
+
+
+def input_class(name: str) -> Type[InputFormat]:
+    """The InputFormat class of a ``--format`` name or alias (imports its module now)."""
+    return _for(name, "input").input_class()
 
 
 def writer_class(name: str) -> Type["BasePart"]:
     """The part writer of an ``--output_format`` name."""
-    try:
-        fmt: Optional[Format] = get_format(name)
-    except ValueError:
-        fmt = None
-    if fmt is None or not fmt.writable:
-        what = "unknown output format" if fmt is None else "an input format with no writer:"
-        raise ValueError(
-            f"{what} {name!r}; use one of {', '.join(output_names())} (a plug-in adds"
-            f" one with register_format or the entry-point group {ENTRY_POINT_GROUP!r})"
-        )
-    return fmt.writer_class()
+    return _for(name, "output").writer_class()
 
 
 def part_reader(output_format: str) -> "PartFormat":
