@@ -29,7 +29,8 @@ from torchx_datapipes.errors import DatapipesError
 from torchx_datapipes.io import blocksums
 
 VERIFY = True
-STEP_BLOCKS = 4  # read_arrays reads (and at once hashes) this many blocks at a time, while cached
+# read_arrays reads at most this many blocks at once (a ~1 MB tar piece in one), then hashes them
+STEP_BLOCKS = 32
 _SUMS: Dict[Tuple[str, int], Tuple[int, bytes]] = {}  # (part url, size) -> (block, digests)
 _WHOLE_OK: Set[Tuple[str, int]] = set()  # legacy parts whose whole checksum matched in this process
 _WARNED: Set[str] = set()
@@ -199,9 +200,9 @@ class VerifiedFile(io.RawIOBase):
         serves (a tar chunk's ~1 MB pieces, a run of rows): ranges whose blocks touch are read as
         one sequential run, each into an array of its own that also holds the bytes up to the
         next range (the first from its block start, the last to its block end); a block that
-        straddles two arrays is hashed across them. A run is hashed as it is read,
-        :data:`STEP_BLOCKS` blocks at a time (still in the CPU cache), and checked whole before
-        any array of it is returned: the arrays returned hold the very bytes that were hashed.
+        straddles two arrays is hashed across them. A run is hashed as it is read (each read of
+        at most :data:`STEP_BLOCKS` blocks right after it, while the CPU cache holds it) and checked
+        whole before any array of it is returned: the arrays returned hold the very bytes hashed.
         """
         out: List[Optional[np.ndarray]] = [None] * len(ranges)
         b = self.block
@@ -242,20 +243,22 @@ class VerifiedFile(io.RawIOBase):
             while p < e:
                 q = min(e, p // b * b + step)
                 self._readinto(view[p - s : q - s], p)
-                while p < q:  # hash [p, q): whole blocks at once, a straddling one in parts
+                if h is not None:  # the rest of a block begun in the previous array
                     be = min(p // b * b + b, size)
-                    if h is None and p % b == 0 and be <= q:
-                        got.append(digest(view[p - s : be - s]))
-                        p = be
-                        continue
-                    if h is None:
-                        h = xxhash.xxh3_64()
                     c = min(be, q)
                     h.update(view[p - s : c - s])
                     p = c
                     if p == be:
                         got.append(h.digest())
                         h = None
+                if h is None:  # p is at a block start: the whole blocks of [p, q) at once
+                    whole = q if q == size else q // b * b
+                    got += [digest(view[o - s : o - s + b]) for o in range(p, whole, b)]
+                    p = whole
+                if p < q:  # a block this array ends inside: the rest is at the next array's start
+                    h = xxhash.xxh3_64()
+                    h.update(view[p - s : q - s])
+                    p = q
         assert h is None, "a run ends at a block end"
         self._compare(a // b, got)
         return bufs
