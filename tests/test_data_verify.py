@@ -333,3 +333,249 @@ def test_a_modified_local_copy_under_cache_dir_is_refused(tmp_path: Path) -> Non
     assert not PART1 & set(served)
     with pytest.raises(PartModifiedError, match=f"of its local copy {re.escape(str(copy))} \\(delete it"):
         list(OutputDataset(out, cache_dir=str(cache)))
+
+
+# ---- the tar path reads and hashes each block once per chunk (read_arrays) -------------------
+
+
+class _CountingXxhash:
+    """``xxhash`` as ``_verify`` uses it, counting the blocks it digests and the bytes it hashes."""
+
+    def __init__(self) -> None:
+        import xxhash
+
+        self._x, self.digests, self.hashed = xxhash, 0, 0
+
+    def xxh3_64_digest(self, data: Any) -> bytes:
+        self.digests += 1
+        self.hashed += len(memoryview(data))
+        return bytes(self._x.xxh3_64_digest(data))
+
+    def xxh3_64(self) -> Any:
+        outer, h = self, self._x.xxh3_64()
+
+        class _Streaming:
+            def update(self, data: Any) -> None:
+                outer.hashed += len(memoryview(data))
+                h.update(data)
+
+            def digest(self) -> bytes:
+                outer.digests += 1
+                return bytes(h.digest())
+
+        return _Streaming()
+
+    def xxh3_128(self) -> Any:
+        return self._x.xxh3_128()
+
+
+def _blocks(ranges: List[Any]) -> set:
+    b = blocksums.BLOCK
+    return {k for lo, hi in ranges if hi > lo for k in range(lo // b, -(-hi // b))}
+
+
+def with_vector(r: Dict[str, Any]) -> Dict[str, Any]:
+    return {"id": r["id"], "x": np.full(1000, float(r["id"]), np.float32)}  # ~4 KB .npy members
+
+
+TAR_RECORDS = 400
+
+
+@pytest.fixture
+def small_pieces(monkeypatch: Any) -> None:
+    """~100 KB pieces (so most 64 KiB blocks straddle two pieces) and ~600 KB chunks."""
+    from torchx_datapipes.data import _tar
+
+    monkeypatch.setattr(_tar, "PIECE_BYTES", 100_000)
+    monkeypatch.setattr(_formats, "CHUNK_BYTES", 600_000)
+
+
+def _tar_chunks(out: Path) -> List[List[Any]]:
+    """The byte ranges of each chunk's pieces of the (only) part, as the reader reads them."""
+    from torchx_datapipes.data import _tar
+
+    ds = OutputDataset(str(out))
+    (part,) = ds._parts
+    index = _tar.TarFormat()._index(part, _formats.ReadOptions())
+    return [
+        [(lo, hi) for _, _, lo, hi in _tar._pieces(index, *_formats.chunk_span(part, c))]
+        for c in range(len(_formats.fixed_chunks(part)))
+    ]
+
+
+def _one_tar_part(tmp_path: Path) -> Path:
+    out = tmp_path / "out-wds"
+    run_op(
+        "transform", make_input(tmp_path, [TAR_RECORDS]), out, "--output_format", "webdataset", fn=with_vector
+    )
+    return out
+
+
+@pytest.mark.usefixtures("small_pieces")
+@pytest.mark.parametrize("where", ["before", "after"])
+@pytest.mark.parametrize("copy", [False, True], ids=["part", "cache_dir-copy"])
+def test_a_flipped_byte_in_a_block_two_pieces_share_is_refused_on_every_path(
+    tmp_path: Path, where: str, copy: bool
+) -> None:
+    """A byte of an ``.npy`` member flipped in a block that two ~100 KB pieces of one chunk share (in
+    the earlier piece's part of it, or the later's), in the part or in its local copy under cache_dir:
+    the iterable (in order and shuffled) serves no record of that chunk, map-style refuses the record."""
+    out = _one_tar_part(tmp_path)
+    chunks = _tar_chunks(out)
+    assert len(chunks) >= 3 and all(len(c) >= 3 for c in chunks[:-1])
+    b = blocksums.BLOCK
+    cut = chunks[1][1][0]  # the second piece of the second chunk starts here, inside block k
+    k = cut // b
+    assert chunks[1][0][1] > k * b, "the first piece ends in block k too: the block is shared"
+    index = decode(
+        (out / "_index" / "part-00000.tar.idx").read_bytes(),
+        (out / "part-00000.tar").stat().st_size,
+        TAR_RECORDS,
+    )
+    npy = [m for m in range(len(index.sids)) if index.suffixes[index.sids[m]] == "x.npy"]
+    if where == "before":  # the last byte of a member ending in block k before the cut
+        m = next(m for m in npy if k * b < index.offsets[m] + index.sizes[m] <= cut)
+        at = index.offsets[m] + index.sizes[m] - 1
+    else:  # the first data byte of a member starting in block k after the cut
+        m = next(m for m in npy if cut <= index.offsets[m] < (k + 1) * b)
+        at = index.offsets[m] + index.sizes[m] - 4
+    row = next(r for r in range(TAR_RECORDS) if index.starts[r] <= m < index.starts[r + 1])
+    assert at // b == k
+    per_chunk = _formats.chunk_records(OutputDataset(str(out))._parts[0])
+    kw: Dict[str, Any] = {}
+    target = out / "part-00000.tar"
+    if copy:
+        kw["cache_dir"] = str(tmp_path / "cache")
+        assert len(list(OutputDataset(str(out), **kw))) == TAR_RECORDS  # makes the local copy
+        (target,) = list((tmp_path / "cache").rglob("part-00000.tar"))
+    data = bytearray(target.read_bytes())
+    data[at] ^= 0x10
+    target.write_bytes(bytes(data))
+    _registry.clear_caches()
+    msg = rf"part-00000\.tar: bytes {k * b}-{(k + 1) * b} \(block {k} of \d+\)"
+    msg += " of its local copy" if copy else " do not match"
+    served: List[int] = []
+    with pytest.raises(PartModifiedError, match=msg):
+        for rec in OutputDataset(str(out), read_ahead=0, **kw):
+            served.append(int(rec["id"]))
+    assert served == list(range(per_chunk)), "only the chunk before the damaged one is served"
+    shuffled: List[int] = []
+    with pytest.raises(PartModifiedError, match=msg):
+        for rec in OutputDataset(str(out), shuffle=True, seed=5, **kw):
+            shuffled.append(int(rec["id"]))
+    assert not set(range(per_chunk, 2 * per_chunk)) & set(shuffled)
+    ms = OutputDataset.map_style(str(out), **kw)
+    with pytest.raises(PartModifiedError, match=msg):
+        ms[row]
+    with pytest.raises(PartModifiedError, match=msg):
+        ms.__getitems__([0, row - 1, row, row + 1])
+    far = TAR_RECORDS - 1
+    assert [int(r["id"]) for r in ms.__getitems__([0, far])] == [0, far]
+    assert float(ms[far]["x"][0]) == far
+
+
+@pytest.mark.usefixtures("small_pieces")
+def test_the_tar_path_hashes_each_block_once_per_chunk(tmp_path: Path, monkeypatch: Any) -> None:
+    """Reading every chunk digests each block under its pieces once (not once per piece), and map-style
+    reads of neighbouring rows digest their shared blocks once: counted by hash calls, not timed."""
+    out = _one_tar_part(tmp_path)
+    chunks = _tar_chunks(out)
+    per_chunk = sum(len(_blocks(c)) for c in chunks)
+    per_piece = sum(len(_blocks([r])) for c in chunks for r in c)
+    assert per_piece > per_chunk + len(chunks)  # pieces share blocks: hashing per piece would repeat them
+    counter = _CountingXxhash()
+    monkeypatch.setattr(_verify, "xxhash", counter)
+    ids = [int(r["id"]) for r in OutputDataset(str(out))]
+    assert ids == list(range(TAR_RECORDS))
+    assert counter.digests == per_chunk
+    b, size = blocksums.BLOCK, (out / "part-00000.tar").stat().st_size
+    assert counter.hashed == sum(min(b, size - k * b) for c in chunks for k in _blocks(c))
+
+    index = decode((out / "_index" / "part-00000.tar.idx").read_bytes(), size, TAR_RECORDS)
+    rows = [10, 11, 13, 14]  # three runs, all within a few blocks
+    touched = _blocks(
+        [
+            (
+                index.offsets[index.starts[a]],
+                index.offsets[index.starts[z] - 1] + index.sizes[index.starts[z] - 1],
+            )
+            for a, z in [(10, 12), (13, 15)]
+        ]
+    )
+    counter.digests = 0
+    assert [int(r["id"]) for r in OutputDataset.map_style(str(out)).__getitems__(rows)] == rows
+    assert counter.digests == len(touched)
+
+
+def test_read_arrays_returns_the_bytes_asked_for_hashing_each_block_once(
+    tmp_path: Path, monkeypatch: Any
+) -> None:
+    """Random increasing ranges (touching, overlapping blocks, gaps, empty ones): the bytes asked for,
+    one digest per block under them; a flipped byte in any block under them is refused, named."""
+    from torchx_datapipes.data._parts import Part
+
+    b = blocksums.BLOCK
+    data = os.urandom(9 * b + 777)
+    f = tmp_path / "p.bin"
+    f.write_bytes(data)
+    _, digests = blocksums.decode(blocksums.of_bytes(data), len(data))
+    part = Part(str(f), "p.bin", len(data), 1)
+    rng = random.Random(2)
+    counter = _CountingXxhash()
+    monkeypatch.setattr(_verify, "xxhash", counter)
+    for step in (1, 4, 100):
+        monkeypatch.setattr(_verify, "STEP_BLOCKS", step)
+        for _ in range(60):
+            cuts = sorted(rng.sample(range(len(data) + 1), 2 * rng.randint(1, 8)))
+            ranges = [(cuts[i], cuts[i + 1]) for i in range(0, len(cuts), 2)]
+            ranges.insert(rng.randrange(len(ranges) + 1), (cuts[0], cuts[0]))  # an empty range
+            counter.digests = 0
+            with _verify.VerifiedFile(part, open(f, "rb"), b, digests) as v:
+                got = v.read_arrays(ranges)
+            assert [bytes(a) for a in got] == [data[lo:hi] for lo, hi in ranges]
+            assert all(a.flags.writeable for a in got)
+            assert counter.digests == len(_blocks(ranges))
+    bad = bytearray(data)
+    bad[5 * b + 3] ^= 1
+    f.write_bytes(bytes(bad))
+    for ranges in (
+        [(5 * b - 10, 5 * b + 1)],
+        [(4 * b, 5 * b - 1), (5 * b + 100, 5 * b + 200)],
+        [(0, len(data))],
+    ):
+        with _verify.VerifiedFile(part, open(f, "rb"), b, digests) as v:
+            with pytest.raises(PartModifiedError, match=rf"bytes {5 * b}-{6 * b} \(block 5 of 10\)"):
+                v.read_arrays(ranges)
+    with _verify.VerifiedFile(part, open(f, "rb"), b, digests) as v:
+        assert [bytes(a) for a in v.read_arrays([(0, 5 * b), (6 * b, 6 * b + 9)])] == [
+            data[: 5 * b],
+            data[6 * b : 6 * b + 9],
+        ]
+
+
+def test_jsonl_rows_beyond_the_in_memory_limit_hash_shared_blocks_once(
+    tmp_path: Path, monkeypatch: Any
+) -> None:
+    """Map-style JSON Lines rows read by byte range (a part above the in-memory limit): runs of rows
+    sharing blocks digest each block once, and an edited line among them is refused."""
+    monkeypatch.setattr(_formats, "PART_BYTES_LIMIT", 1000)
+    out = transform_output(tmp_path, [3000], "jsonl")
+    part = Path(out) / "part-00000.jsonl"
+    data = part.read_bytes()
+    assert len(data) > 2 * blocksums.BLOCK
+    starts = [0] + [i + 1 for i, c in enumerate(data) if c == 10]
+    m = OutputDataset.map_style(out)
+    b = blocksums.BLOCK
+    row = next(r for r in range(3000) if starts[r] < b < starts[r + 1])  # the line across blocks 0 and 1
+    rows = [row - 3, row - 1, row, row + 2, row + 5]
+    touched = _blocks([(starts[r], starts[r + 1]) for r in rows])
+    assert touched == {0, 1}
+    assert int(m[0]["id"]) == 0  # the line index is built by one pass over the part, hashing it
+    counter = _CountingXxhash()
+    monkeypatch.setattr(_verify, "xxhash", counter)
+    assert [int(r["id"]) for r in m.__getitems__(rows)] == rows
+    assert counter.digests == 2
+    part.write_bytes(data.replace(f'"id":{row + 5},'.encode(), f'"id":{row + 6},'.encode(), 1))
+    _registry.clear_caches()
+    with pytest.raises(PartModifiedError, match=r"bytes 65536-131072 \(block 1 of"):
+        OutputDataset.map_style(out).__getitems__(rows)

@@ -116,7 +116,12 @@ def read_ranges(
     """``{key: bytes[start:end]}`` of one part, read with one open."""
     out: Dict[int, bytes] = {}
     with open_part(part, storage_options, cache_dir) as f:
-        for key, (start, end) in sorted(ranges.items(), key=lambda kv: kv[1]):
+        items = sorted(ranges.items(), key=lambda kv: kv[1])
+        read_arrays = getattr(f, "read_arrays", None)
+        if read_arrays is not None:  # verified: each block under the ranges read and hashed once
+            arrays = read_arrays([r for _, r in items])
+            return {key: arr.tobytes() for (key, _), arr in zip(items, arrays)}
+        for key, (start, end) in items:
             f.seek(start)
             out[key] = f.read(end - start)
     return out
@@ -136,9 +141,9 @@ def read_into(
     """
     out: List[np.ndarray] = []
     with open_part(part, storage_options, cache_dir) as f:
-        read_array = getattr(f, "read_array", None)
-        if read_array is not None:  # verified: each range widened to whole blocks, hashed, then a view
-            return [read_array(start, end) for start, end in ranges]
+        read_arrays = getattr(f, "read_arrays", None)
+        if read_arrays is not None:  # verified: each block under the ranges read and hashed once
+            return cast(List[np.ndarray], read_arrays(ranges))
         readinto, pos = cast(Any, f).readinto, -1
         for start, end in ranges:
             buf = np.empty(end - start, np.uint8)

@@ -5,7 +5,9 @@ Every part has block checksums committed beside it (``_index/part-NNNNN.<ext>.su
 opened as a :class:`VerifiedFile`: each read is widened to whole blocks, the blocks are hashed
 (xxh3_64, ~10 GB/s) and compared, and only then are the bytes asked for returned, so a chunk
 (row group, tar piece, run of lines) whose bytes changed after the commit raises
-:class:`PartModifiedError` before any of its records is decoded.
+:class:`PartModifiedError` before any of its records is decoded. Several ranges read at once
+(:meth:`VerifiedFile.read_arrays`: a tar chunk's pieces, map-style runs of rows) read and hash
+each block under them once, however many ranges share it.
 
 An output written before block checksums existed has none: its parts are checked whole against
 the manifest's xxh3_128 when first opened in a process (one extra read of the part), with a
@@ -16,7 +18,7 @@ warning once per output.
 
 import io
 import warnings
-from typing import Any, Dict, Optional, Set, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Set, Tuple
 
 import numpy as np
 import xxhash
@@ -27,6 +29,8 @@ from torchx_datapipes.io.confine import read_small
 from torchx_datapipes.io.part import Part
 
 VERIFY = True
+# read_arrays reads at most this many blocks at once (a ~1 MB tar piece in one), then hashes them
+STEP_BLOCKS = 32
 _SUMS: Dict[Tuple[str, int], Tuple[int, bytes]] = {}  # (part url, size) -> (block, digests)
 _WHOLE_OK: Set[Tuple[str, int]] = set()  # legacy parts whose whole checksum matched in this process
 _WARNED: Set[str] = set()
@@ -149,27 +153,24 @@ class VerifiedFile(io.RawIOBase):
 
     def _verify(self, start: int, buf: Any) -> None:
         """``buf`` holds the part's bytes from ``start`` (a block boundary) to a block end or EOF."""
-        view, b, sums = memoryview(buf).cast("B"), self.block, self.digests
-        first = start // b
+        view, b = memoryview(buf).cast("B"), self.block
         digest = xxhash.xxh3_64_digest
-        got = b"".join([digest(view[off : off + b]) for off in range(0, len(view), b)])
-        if got == sums[8 * first : 8 * first + len(got)]:
+        self._compare(start // b, [digest(view[off : off + b]) for off in range(0, len(view), b)])
+
+    def _compare(self, first: int, got: List[bytes]) -> None:
+        """Raise unless ``got`` (digests of blocks ``first``, ``first + 1``, ...) are the committed ones."""
+        sums = self.digests
+        if b"".join(got) == sums[8 * first : 8 * (first + len(got))]:
             return
-        for k, off in enumerate(range(0, len(view), b)):  # which block differs
-            i = first + k
-            if xxhash.xxh3_64_digest(view[off : off + b]) != sums[8 * i : 8 * i + 8]:
-                lo = i * b
-                hi = min(lo + b, self.part.size)
-                copy = (
-                    f" of its local copy {self.source} (delete it to fetch the part again)"
-                    if self.source
-                    else ""
-                )
-                raise _modified(
-                    self.part,
-                    f"bytes {lo}-{hi} (block {i} of {len(sums) // 8}){copy} do not match the checksum in"
-                    f" {self.part.sums[0] if self.part.sums else '_SUCCESS'}",
-                )
+        i = next(first + k for k, d in enumerate(got) if d != sums[8 * (first + k) : 8 * (first + k + 1)])
+        lo = i * self.block
+        hi = min(lo + self.block, self.part.size)
+        copy = f" of its local copy {self.source} (delete it to fetch the part again)" if self.source else ""
+        raise _modified(
+            self.part,
+            f"bytes {lo}-{hi} (block {i} of {len(sums) // 8}){copy} do not match the checksum in"
+            f" {self.part.sums[0] if self.part.sums else '_SUCCESS'}",
+        )
 
     def _fill(self, buf: np.ndarray, start: int) -> None:
         if start != self.raw.tell():
@@ -191,6 +192,84 @@ class VerifiedFile(io.RawIOBase):
         self._verify(a, buf)
         self._held = (a, buf)
         return buf[start - a : end - a]
+
+    def read_arrays(self, ranges: Sequence[Tuple[int, int]]) -> List[np.ndarray]:
+        """Bytes ``[start, end)`` of each of ``ranges`` (increasing) as writable uint8 arrays.
+
+        Every block under the ranges is read and hashed once per call, however many ranges it
+        serves (a tar chunk's ~1 MB pieces, a run of rows): ranges whose blocks touch are read as
+        one sequential run, each into an array of its own that also holds the bytes up to the
+        next range (the first from its block start, the last to its block end); a block that
+        straddles two arrays is hashed across them. A run is hashed as it is read (each read of
+        at most :data:`STEP_BLOCKS` blocks right after it, while the CPU cache holds it) and checked
+        whole before any array of it is returned: the arrays returned hold the very bytes hashed.
+        """
+        out: List[Optional[np.ndarray]] = [None] * len(ranges)
+        b = self.block
+        todo = [k for k, (start, end) in enumerate(ranges) if end > start]
+        for k in range(len(ranges)):
+            if ranges[k][1] <= ranges[k][0]:
+                out[k] = np.empty(0, np.uint8)
+        g = 0
+        while g < len(todo):
+            run = [todo[g]]
+            a, z = self._span(*ranges[todo[g]])
+            g += 1
+            while g < len(todo):  # the next range starts in this run's last block (or later)
+                start, end = ranges[todo[g]]
+                if start < ranges[run[-1]][1] or start // b * b >= z:
+                    break
+                run.append(todo[g])
+                z = max(z, self._span(start, end)[1])
+                g += 1
+            bufs = self._read_run(a, z, [a] + [ranges[k][0] for k in run[1:]] + [z])
+            for k, (lo, buf) in zip(run, bufs):
+                start, end = ranges[k]
+                out[k] = buf[start - lo : end - lo]
+        return out  # type: ignore[return-value]
+
+    def _read_run(self, a: int, z: int, cuts: List[int]) -> List[Tuple[int, np.ndarray]]:
+        """Blocks ``[a, z)`` read once into arrays ``[cuts[k], cuts[k + 1])``, hashed, and checked."""
+        b, size, step = self.block, self.part.size, STEP_BLOCKS * self.block
+        digest, got = xxhash.xxh3_64_digest, []
+        h: Any = None  # the hasher of a block begun in the previous array
+        if a != self.raw.tell():
+            self.raw.seek(a)
+        bufs = []
+        for s, e in zip(cuts, cuts[1:]):
+            buf = np.empty(e - s, np.uint8)
+            bufs.append((s, buf))
+            view, p = buf.data, s
+            while p < e:
+                q = min(e, p // b * b + step)
+                self._readinto(view[p - s : q - s], p)
+                if h is not None:  # the rest of a block begun in the previous array
+                    be = min(p // b * b + b, size)
+                    c = min(be, q)
+                    h.update(view[p - s : c - s])
+                    p = c
+                    if p == be:
+                        got.append(h.digest())
+                        h = None
+                if h is None:  # p is at a block start: the whole blocks of [p, q) at once
+                    whole = q if q == size else q // b * b
+                    got += [digest(view[o - s : o - s + b]) for o in range(p, whole, b)]
+                    p = whole
+                if p < q:  # a block this array ends inside: the rest is at the next array's start
+                    h = xxhash.xxh3_64()
+                    h.update(view[p - s : q - s])
+                    p = q
+        assert h is None, "a run ends at a block end"
+        self._compare(a // b, got)
+        return bufs
+
+    def _readinto(self, view: Any, pos: int) -> None:
+        got = 0
+        while got < len(view):
+            n = self.raw.readinto(view[got:])
+            if not n:
+                raise _modified(self.part, f"it ends at byte {pos + got}, _SUCCESS recorded {self.part.size}")
+            got += n
 
     def _fetch(self, start: int, end: int) -> Any:
         """Verified bytes ``[start, end)``: one read of whole blocks, no copy when already aligned."""
