@@ -384,7 +384,7 @@ TAR_RECORDS = 400
 @pytest.fixture
 def small_pieces(monkeypatch: Any) -> None:
     """~100 KB pieces (so most 64 KiB blocks straddle two pieces) and ~600 KB chunks."""
-    from torchx_datapipes.data import _tar
+    from torchx_datapipes.formats.webdataset import reader as _tar
 
     monkeypatch.setattr(_tar, "PIECE_BYTES", 100_000)
     monkeypatch.setattr(_formats, "CHUNK_BYTES", 600_000)
@@ -392,7 +392,7 @@ def small_pieces(monkeypatch: Any) -> None:
 
 def _tar_chunks(out: Path) -> List[List[Any]]:
     """The byte ranges of each chunk's pieces of the (only) part, as the reader reads them."""
-    from torchx_datapipes.data import _tar
+    from torchx_datapipes.formats.webdataset import reader as _tar
 
     ds = OutputDataset(str(out))
     (part,) = ds._parts
