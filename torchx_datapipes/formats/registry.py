@@ -83,7 +83,7 @@ def register_format(
         if cls is None:
             raise TypeError("register_format(name, cls): pass the InputFormat class or 'module:Class'")
         fmt = Format(fmt, input=cls)
-    if not clobber and fmt.name in input_names():
+    if not clobber and fmt.name in _names():
         raise ValueError(f"format {fmt.name!r} is already registered; pass clobber=True to replace it")
     _REGISTERED[fmt.name] = fmt
     _clear()
