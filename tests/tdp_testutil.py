@@ -99,26 +99,26 @@ def run_component(cwd: Path, op: str, *extra: str, **params: Any) -> Dict[str, A
 
     The component builds the job in ``cwd`` as the ``torchx`` client does (it checks the options and
     packages and stores ``fn``); then the runner command of the job's role (what torchrun starts on every
-    rank: ``-m torchx_datapipes.runner <op> ...``) runs in this process, as one rank, with ``extra``
-    appended. What the client imported from ``cwd`` (the user's ``fn`` file) is forgotten afterwards.
+    rank: ``-m torchx_datapipes.runner <op> ...``) runs in this process in ``cwd``, as one rank, with
+    ``extra`` appended. What was imported from ``cwd`` (the user's ``fn`` file) is forgotten afterwards.
     Returns the manifest.
     """
     from torchx_datapipes import components
     from torchx_datapipes.runner.main import main
 
     path, before, old = list(sys.path), set(sys.modules), os.getcwd()
-    os.chdir(cwd)
+    os.chdir(cwd)  # local_cwd runs the job in the client's directory too
     try:
         app = getattr(components, op)(**params)
+        (role,) = app.roles
+        assert role.entrypoint == "bash", role
+        cmd = shlex.split(role.args[-1])
+        got = main([*cmd[cmd.index("torchx_datapipes.runner") + 1 :], "--progress_s", "0", *extra])
     finally:
         os.chdir(old)
         sys.path[:] = path
         for name in set(sys.modules) - before:
             if str(getattr(sys.modules[name], "__file__", None) or "").startswith(str(cwd)):
                 del sys.modules[name]
-    (role,) = app.roles
-    assert role.entrypoint == "bash", role
-    cmd = shlex.split(role.args[-1])
-    got = main([*cmd[cmd.index("torchx_datapipes.runner") + 1 :], "--progress_s", "0", *extra])
     assert got is not None
     return got
