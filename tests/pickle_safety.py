@@ -67,15 +67,31 @@ def run_fresh(
 
     Raises ``AssertionError`` with the child's output if it exits non-zero.
     """
+    return _finish(_start_fresh(code, cwd=cwd, extra_path=extra_path), timeout)
+
+
+def _start_fresh(
+    code: str, *, cwd: str | os.PathLike[str], extra_path: Sequence[str] = ()
+) -> "subprocess.Popen[str]":
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}
     env["PYTHONPATH"] = os.pathsep.join([PACKAGE_ROOT, *extra_path])
     env["PYTHONSAFEPATH"] = "1"  # no '' / script dir on sys.path: the cwd is not importable either
-    proc = subprocess.run(
-        [sys.executable, "-c", code], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout
-    )
+    return subprocess.Popen(
+        [sys.executable, "-c", code], cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        text=True,
+    )  # fmt: skip
+
+
+def _finish(proc: "subprocess.Popen[str]", timeout: float) -> subprocess.CompletedProcess[str]:
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.communicate()
+        raise
     if proc.returncode != 0:
-        raise AssertionError(f"child failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
-    return proc
+        raise AssertionError(f"child failed ({proc.returncode}):\n{out}\n{err}")
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
 
 
 _CHILD = r"""
@@ -199,17 +215,25 @@ def assert_pickle_safe(
         else:
             check_path = str(workdir / "check.txt")
             Path(check_path).write_text(check or "")
-        for backend in backends:
-            obj_path = _dump(obj, backend, workdir)
-            out_path = workdir / f"report-{backend}.pkl"
-            cwd = workdir / f"cwd-{backend.replace('.', '_')}"
-            cwd.mkdir()
-            extra = (src_path or _module_root(obj)) if backend == "pickle" else []
-            run_fresh(
-                _CHILD.format(args=(backend, obj_path, check_path, str(out_path))), cwd=cwd, extra_path=extra
-            )
-            with open(out_path, "rb") as f:
-                reports[backend] = ChildReport(backend=backend, **pickle.load(f))
+        children: dict[str, subprocess.Popen[str]] = {}
+        try:  # one fresh interpreter per backend, started together (each imports torch: seconds)
+            for backend in backends:
+                obj_path = _dump(obj, backend, workdir)
+                out_path = workdir / f"report-{backend}.pkl"
+                cwd = workdir / f"cwd-{backend.replace('.', '_')}"
+                cwd.mkdir()
+                extra = (src_path or _module_root(obj)) if backend == "pickle" else []
+                code = _CHILD.format(args=(backend, obj_path, check_path, str(out_path)))
+                children[backend] = _start_fresh(code, cwd=cwd, extra_path=extra)
+            for backend, child in children.items():
+                _finish(child, 120)
+                with open(workdir / f"report-{backend}.pkl", "rb") as f:
+                    reports[backend] = ChildReport(backend=backend, **pickle.load(f))
+        finally:
+            for child in children.values():
+                if child.poll() is None:
+                    child.kill()
+                    child.communicate()
     for report in reports.values():
         _assert_report(obj, report, expected)
     return reports

@@ -3,6 +3,7 @@
 import gzip
 import json
 import os
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -91,3 +92,33 @@ def run_op(op: str, inp: str, out: Path, *extra: str, fn: Optional[Any] = None) 
     manifest = main([*args, *extra])
     assert manifest is not None
     return manifest
+
+
+def run_component(cwd: Path, op: str, *extra: str, **params: Any) -> Dict[str, Any]:
+    """``torchx run -s local_cwd datapipes.<op> --param value ...`` in ``cwd``, but without the launch.
+
+    The component builds the job in ``cwd`` as the ``torchx`` client does (it checks the options and
+    packages and stores ``fn``); then the runner command of the job's role (what torchrun starts on every
+    rank: ``-m torchx_datapipes.runner <op> ...``) runs in this process in ``cwd``, as one rank, with
+    ``extra`` appended. What was imported from ``cwd`` (the user's ``fn`` file) is forgotten afterwards.
+    Returns the manifest.
+    """
+    from torchx_datapipes import components
+    from torchx_datapipes.runner.main import main
+
+    path, before, old = list(sys.path), set(sys.modules), os.getcwd()
+    os.chdir(cwd)  # local_cwd runs the job in the client's directory too
+    try:
+        app = getattr(components, op)(**params)
+        (role,) = app.roles
+        assert role.entrypoint == "bash", role
+        cmd = shlex.split(role.args[-1])
+        got = main([*cmd[cmd.index("torchx_datapipes.runner") + 1 :], "--progress_s", "0", *extra])
+    finally:
+        os.chdir(old)
+        sys.path[:] = path
+        for name in set(sys.modules) - before:
+            if str(getattr(sys.modules[name], "__file__", None) or "").startswith(str(cwd)):
+                del sys.modules[name]
+    assert got is not None
+    return got

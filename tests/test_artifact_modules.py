@@ -252,21 +252,24 @@ def test_an_installed_namespace_package_is_not_taken_by_value(
 
 @pytest.mark.e2e
 def test_torchx_run_backend_module_relaunch_after_an_edit(tmp_path: Path) -> None:
-    """As a user: ``torchx run ... --backend module``, the job dies before ``_SUCCESS``, edit, rerun."""
-    from tdp_testutil import run_torchx
+    """As a user: ``torchx run ... --backend module``, the job dies before ``_SUCCESS``, edit, rerun.
+
+    The first job (built by the component as ``torchx run`` builds it) runs in this process; the
+    relaunch after the edit is a real launch.
+    """
+    from tdp_testutil import run_component, run_torchx
 
     make_dataset(tmp_path / "data", [30, 30])
     mod = tmp_path / "my_mod.py"
     mod.write_text("def fn(r):\n    return {**r, 'v': 1}\n")
-    args = [
-        "run", "-s", "local_cwd", "torchx_datapipes.components:transform", "--fn", "my_mod.py:fn",
-        "--backend", "module", "--input", "data/*.jsonl", "--output", "out", "-j", "1x1",
-        "--artifact_store", str(tmp_path / "store"),
-    ]  # fmt: skip
-    res = run_torchx(args, tmp_path)
-    assert res.returncode == 0, res.stdout + res.stderr
+    opts = {"fn": "my_mod.py:fn", "backend": "module", "input": "data/*.jsonl", "output": "out", "j": "1x1",
+            "artifact_store": str(tmp_path / "store")}  # fmt: skip
+    assert run_component(tmp_path, "transform", **opts)["records_out"] == 60
+    assert {r["v"] for r in read_output(tmp_path / "out")} == {1}
     (tmp_path / "out" / "_SUCCESS").unlink()
     mod.write_text("def fn(r):\n    return {**r, 'v': 'edited'}\n")
+    args = ["run", "-s", "local_cwd", "torchx_datapipes.components:transform"]
+    args += [f"--{k}={v}" for k, v in opts.items()]
     res = run_torchx(args, tmp_path)
     assert res.returncode == 0, res.stdout + res.stderr
     assert {r["v"] for r in read_output(tmp_path / "out")} == {"edited"}

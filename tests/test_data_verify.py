@@ -65,11 +65,26 @@ def _assert_refused(out: str, what: str) -> None:
     assert [int(r["id"]) for r in m.__getitems__([1, 120])] == [1, 120]
 
 
+def _workers(out: str) -> Any:
+    """An iterator over a 2-worker DataLoader of ``out``."""
+    return iter(DataLoader(OutputDataset(out), batch_size=5, num_workers=2))
+
+
+def _stop(batches: Any) -> None:
+    """Stop the workers of a DataLoader a worker's error ended, at once: left to the garbage collector
+    (the error's traceback holds the iterator), their shutdown waits 5 s a worker, in a later test."""
+    batches._shutdown_workers()
+
+
 def _assert_refused_by_loader(out: str) -> None:
     served: List[int] = []
-    with pytest.raises(PartModifiedError, match=rf"part-00001.*modified after the job committed.*{FIX}"):
-        for batch in DataLoader(OutputDataset(out), batch_size=5, num_workers=2):  # a worker raises
-            served.extend(int(i) for i in batch["id"])
+    batches = _workers(out)
+    try:
+        with pytest.raises(PartModifiedError, match=rf"part-00001.*modified after the job committed.*{FIX}"):
+            for batch in batches:  # a worker raises
+                served.extend(int(i) for i in batch["id"])
+    finally:
+        _stop(batches)
     assert not PART1 & set(served)
 
 
@@ -222,8 +237,12 @@ def test_a_symlink_leading_out_of_the_output_is_refused(tmp_path: Path, which: s
         list(OutputDataset(str(out)))
     with pytest.raises(OutsideOutputError, match=msg):
         OutputDataset.map_style(str(out))[45]
-    with pytest.raises(OutsideOutputError, match="outside the output directory"):
-        list(DataLoader(OutputDataset(str(out)), batch_size=5, num_workers=2))
+    batches = _workers(str(out))
+    try:
+        with pytest.raises(OutsideOutputError, match="outside the output directory"):
+            list(batches)
+    finally:
+        _stop(batches)
 
 
 def test_a_symlink_inside_the_output_is_followed(tmp_path: Path) -> None:

@@ -8,7 +8,16 @@ from typing import Any, Dict, List
 
 import pytest
 from cache_servers import free_port
-from tdp_testutil import canon, make_dataset, manifest, part_bytes, read_output, run_op, run_torchx
+from tdp_testutil import (
+    canon,
+    make_dataset,
+    manifest,
+    part_bytes,
+    read_output,
+    run_component,
+    run_op,
+    run_torchx,
+)
 
 from torchx_datapipes import api
 from torchx_datapipes.appdef import InvalidArgumentError
@@ -64,14 +73,16 @@ def test_rerun_with_redis_cache_computes_nothing(project: Path, redis_url: str) 
 
 
 def _rerun_twice(project: Path, url: str) -> None:
-    common = ["--fn", "counted.py:clean", "--input", "data", "--cache", url]
-    cmd = ["run", "-s", "local_cwd", "torchx_datapipes.components:transform", *common]
-    first = run_torchx([*cmd, "--output", "out1", "-j", "1x2"], cwd=project)
-    assert first.returncode == 0, first.stderr
+    # the first job in this process (built by the component as torchx run builds it), the rerun launched
+    run_component(
+        project, "transform", fn="counted.py:clean", input="data", cache=url, output="out1", j="1x1"
+    )
     assert calls(project / "calls") == 1001
     m1 = manifest(project / "out1")["cache"]
     assert (m1["hits"], m1["misses"], m1["sets"], m1["errors"]) == (0, 1001, 1001, 0)
 
+    common = ["--fn", "counted.py:clean", "--input", "data", "--cache", url]
+    cmd = ["run", "-s", "local_cwd", "torchx_datapipes.components:transform", *common]
     second = run_torchx([*cmd, "--output", "out2", "-j", "1x2", "--num_workers", "2"], cwd=project)
     assert second.returncode == 0, second.stderr
     assert calls(project / "calls") == 1001  # nothing recomputed, from other ranks and workers

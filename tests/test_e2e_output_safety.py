@@ -1,9 +1,9 @@
 """Issue 23 as a user hits it, through ``torchx run -s local_cwd datapipes.transform``: a directory of
 the user's own files refused before launch (with --overwrite, and a planted ``_errors`` symlink, and a
-read-only output), literal names with glob characters and an escaped comma read as written (one
-launch), a failed job that prints its record error once, readably (one launch), and a job frozen
-(SIGSTOP) while another took its output over, which fails with "lease lost" (two launches). The
-finer cases run in-process in test_output_safety.py.
+read-only output), literal names with glob characters and an escaped comma read as written (the
+component's job, run in-process), a failed job that prints its record error once, readably (one
+launch), and a job frozen (SIGSTOP) while another took its output over, which fails with "lease
+lost" (two launches). The finer cases run in-process in test_output_safety.py.
 """
 
 import json
@@ -16,7 +16,7 @@ from typing import Callable, Dict, List, Optional
 
 import psutil
 import pytest
-from tdp_testutil import TORCHX, VENV_BIN, canon, read_output, records, run_torchx, write_jsonl
+from tdp_testutil import TORCHX, VENV_BIN, canon, read_output, records, run_component, run_torchx, write_jsonl
 
 from torchx_datapipes.api import rank_error
 
@@ -89,8 +89,9 @@ def test_the_cli_refuses_foreign_entries_a_reserved_symlink_and_a_read_only_outp
 
 
 def test_a_literal_name_with_glob_characters_and_an_escaped_comma_are_read_as_written(project: Path) -> None:
-    res = torchx(project, "--input", "data/[x].jsonl,data/a\\,b.jsonl", "--output", "out/lit")
-    assert res.returncode == 0, res.stdout + res.stderr
+    # the component as torchx run calls it (it lists the input), then its runner command in this process
+    run_component(project, "transform", fn="fns.py:ident", j="1x1", input="data/[x].jsonl,data/a\\,b.jsonl",
+                  output="out/lit")  # fmt: skip
     got = read_output(project / "out/lit")
     assert canon(got) == canon(records(3, start=100) + records(2, start=300))  # not x.jsonl's
 

@@ -11,8 +11,19 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from tdp_testutil import canon, manifest, part_bytes, read_output, records, run_torchx, write_jsonl
+from tdp_testutil import (
+    canon,
+    manifest,
+    part_bytes,
+    read_output,
+    records,
+    run_component,
+    run_op,
+    run_torchx,
+    write_jsonl,
+)
 
+from torchx_datapipes.errors import DatapipesError
 from torchx_datapipes.runner.main import main
 from torchx_datapipes.split import largest_remainder, parse_fractions
 
@@ -59,19 +70,19 @@ def inputs(project: Path) -> list[dict[str, Any]]:
 
 @pytest.fixture(scope="module")
 def runs(project: Path) -> dict[str, Path]:
-    """Hash (no key) at 1x1, 1x2, 2x2; exact+stratify at 2x2 with 2 workers per rank (and in-process)."""
-    jobs = {
-        "hash-1x1": ("1x1", 29621, ()),
-        "hash-1x2": ("1x2", 29622, ()),
-        "hash-2x2": ("2x2", 29623, ()),
-        "exact-2x2": ("2x2", 29625, ("--method", "exact", "--stratify", "label", "--num_workers", "2")),
-    }
-    outs = {}
-    for name, (j, port, extra) in jobs.items():
-        res = run_torchx(split_args(f"out/{name}", j, port, *extra), project)
-        assert res.returncode == 0, res.stdout + res.stderr
+    """One real launch: exact+stratify at 2x2 with 2 workers per rank. In this process (one rank): the
+    same exact job with default units, and hash (no key) with small units at 1, 2 and 4 workers."""
+    extra = ("--method", "exact", "--stratify", "label", "--num_workers", "2")
+    res = run_torchx(split_args("out/exact-2x2", "2x2", 29625, *extra), project)
+    assert res.returncode == 0, res.stdout + res.stderr
+    outs = {"exact-2x2": project / "out/exact-2x2"}
+    for name, workers in (("hash-1x1", 1), ("hash-1w2", 2), ("hash-1w4", 4)):
+        run_component(
+            project, "split", input="data/*.jsonl", output=f"out/{name}", fractions=FR, j="1x1",
+            num_workers=workers, unit_mb=0.02,
+        )  # fmt: skip
         outs[name] = project / "out" / name
-    # the same exact+stratify job in this process: one rank, one worker, default units
+    # the same exact+stratify job: one rank, one worker, default units
     argv = ["split", "--input", str(project / "data/*.jsonl"), "--output", str(project / "out/exact-inproc")]
     main([*argv, "--fractions", FR, "--method", "exact", "--stratify", "label", "--progress_s", "0"])
     outs["exact-inproc"] = project / "out/exact-inproc"
@@ -79,7 +90,7 @@ def runs(project: Path) -> dict[str, Path]:
 
 
 def test_disjoint_and_union_is_the_input_multiset(runs: dict[str, Path], inputs: list[Any]) -> None:
-    for name in ("hash-1x2", "exact-2x2"):
+    for name in ("hash-1w2", "exact-2x2"):
         got = contents(runs[name])  # every input line exactly once, in exactly one split
         assert canon([r for v in got.values() for r in v]) == canon(inputs), name
         if name.startswith("hash"):  # and no record content in two splits (exact splits duplicates)
@@ -90,20 +101,20 @@ def test_disjoint_and_union_is_the_input_multiset(runs: dict[str, Path], inputs:
 
 
 def test_identical_parts_for_every_world_size(runs: dict[str, Path]) -> None:
-    base = all_bytes(runs["hash-1x1"])
-    assert base["train"] and all_bytes(runs["hash-1x2"]) == base and all_bytes(runs["hash-2x2"]) == base
+    base = all_bytes(runs["hash-1x1"])  # units of the input alone: the same parts for 1, 2 and 4 slots
+    assert base["train"] and all_bytes(runs["hash-1w2"]) == base and all_bytes(runs["hash-1w4"]) == base
     exact = all_bytes(runs["exact-2x2"])
     assert set(exact["val"]) == {
         f"part-{i:05d}.jsonl" for i in range(len(manifest(runs["exact-2x2"])["units"]))
     }
     inproc = {s: b"".join(v.values()) for s, v in all_bytes(runs["exact-inproc"]).items()}
     assert {s: b"".join(v.values()) for s, v in exact.items()} == inproc  # same lines, same order
-    assert manifest(runs["hash-2x2"])["world_size"] == 4
+    assert manifest(runs["exact-2x2"])["world_size"] == 4
 
 
 def test_duplicates_never_straddle_splits(runs: dict[str, Path]) -> None:
     where: dict[str, set[str]] = {}
-    for s, recs in contents(runs["hash-2x2"]).items():
+    for s, recs in contents(runs["hash-1w4"]).items():
         for r in canon(recs):
             where.setdefault(r, set()).add(s)
     assert len(where) == 1500 and all(len(v) == 1 for v in where.values())
@@ -125,9 +136,11 @@ def test_exact_stratified_counts(runs: dict[str, Path], inputs: list[Any]) -> No
 def test_appending_a_file_moves_nothing(project: Path, runs: dict[str, Path]) -> None:
     (project / "more").mkdir()
     write_jsonl(project / "more/part-3.jsonl", records(400, start=1500))
-    res = run_torchx(split_args("out/appended", "1x2", 29626, inp="data/*.jsonl,more/*.jsonl"), project)
-    assert res.returncode == 0, res.stdout + res.stderr
-    before, after = contents(runs["hash-1x2"]), contents(project / "out/appended")
+    run_component(
+        project, "split", input="data/*.jsonl,more/*.jsonl", output="out/appended", fractions=FR, j="1x1",
+        num_workers=2, unit_mb=0.02,
+    )  # fmt: skip
+    before, after = contents(runs["hash-1w2"]), contents(project / "out/appended")
     for s in SPLITS:
         assert set(canon(before[s])) <= set(canon(after[s])), s
     assert sum(map(len, after.values())) == sum(map(len, before.values())) + 400
@@ -143,17 +156,38 @@ def test_bad_fractions_refused_before_launch(project: Path) -> None:
 
 
 def test_missing_key_names_file_and_line(project: Path) -> None:
-    res = run_torchx(split_args("out/nokey", "1x1", 29629, "--key", "user_id"), project)
-    assert res.returncode != 0
-    text = res.stdout + res.stderr
-    logs = (
-        "".join(p.read_text() for p in (project / ".torchx").rglob("*.log"))
-        if (project / ".torchx").exists()
-        else ""
-    )
+    with pytest.raises(DatapipesError) as info:
+        run_component(
+            project, "split", input="data/*.jsonl", output="out/nokey", fractions=FR, j="1x1", key="user_id",
+            unit_mb=0.02,
+        )  # fmt: skip
+    text = str(info.value)
     # any file: units are claimed largest first, so which one fails first is not part-0 necessarily
-    assert re.search(r"part-\d\.jsonl, line 1: cannot split: MissingKeyError", text + logs), text[-3000:]
-    assert "'user_id'" in text + logs
+    assert re.search(r"part-\d\.jsonl, line 1: cannot split: MissingKeyError", text), text[-3000:]
+    assert "'user_id'" in text and not (project / "out/nokey/_SUCCESS").exists()
+
+
+def with_group(rec: dict[str, Any]) -> Any:
+    if rec["id"] % 7 == 0:
+        return None
+    return {**rec, "group": f"{rec['label']}-{rec['id'] // 30}"}
+
+
+def test_hash_stratify_on_a_key_made_by_fn(project: Path, inputs: list[Any]) -> None:
+    """hash + stratify on a key derived by fn, 2 workers (in this process: the launch is not the subject)."""
+    out = project / "out/strat"
+    extra = ("--key", "group", "--stratify", "label", "--num_workers", "2", "--unit_mb", "0.02")
+    m = run_op("split", str(project / "data/*.jsonl"), out, "--fractions", FR, *extra, fn=with_group)
+    kept = [{**r, "group": f"{r['label']}-{r['id'] // 30}"} for r in inputs if r["id"] % 7]
+    got = [r for s in SPLITS for r in read_output(out, s)]
+    assert canon(got) == canon(kept) and m["filtered"] == len(inputs) - len(kept)
+    owner: dict[str, str] = {}
+    for s in SPLITS:
+        for r in read_output(out, s):
+            assert owner.setdefault(r["group"], s) == s  # a key's records share a split
+    for c in range(3):  # exact per class, except where a group of <= 10 straddles a cut (it stays whole)
+        want = largest_remainder(sum(1 for r in kept if r["label"] == c), parse_fractions(FR))
+        assert all(abs(a - b) <= 10 for a, b in zip(m["classes"][str(c)].values(), want))
 
 
 def test_python_api(project: Path, inputs: list[Any]) -> None:
@@ -163,19 +197,11 @@ def test_python_api(project: Path, inputs: list[Any]) -> None:
             """
             from torchx_datapipes import api
 
-            def with_group(rec):
-                if rec["id"] % 7 == 0:
-                    return None
-                return {**rec, "group": f"{rec['label']}-{rec['id'] // 30}"}
-
             if __name__ == "__main__":
                 app = api.split(input="data/*.jsonl", output="out/api", fractions="a=0.5,b=0.5",
                                 method="exact", j="1x2", fn=lambda r: {**r, "twice": r["id"] * 2})
                 result = api.run(app)
                 print("RESULT", result.state, result.manifest["splits"])
-                app = api.split(input="data/*.jsonl", output="out/api-strat", key="group", stratify="label",
-                                fn=with_group, j="1x2", num_workers=2, unit_mb=0.02, rdzv_port=29630)
-                print("STRAT", api.run(app).state)
             """
         )
     )
@@ -187,16 +213,3 @@ def test_python_api(project: Path, inputs: list[Any]) -> None:
     assert f"RESULT SUCCEEDED {{'a': {n - n // 2}, 'b': {n // 2}}}" in res.stdout, res.stdout
     got = [r for s in ("a", "b") for r in read_output(project / "out/api", s)]
     assert canon(got) == canon([{**r, "twice": r["id"] * 2} for r in inputs])
-    # hash + stratify on a key derived by fn (closure shipped by cloudpickle), 2 workers per rank
-    assert "STRAT SUCCEEDED" in res.stdout
-    m = manifest(project / "out/api-strat")
-    kept = [{**r, "group": f"{r['label']}-{r['id'] // 30}"} for r in inputs if r["id"] % 7]
-    got = [r for s in SPLITS for r in read_output(project / "out/api-strat", s)]
-    assert canon(got) == canon(kept) and m["filtered"] == len(inputs) - len(kept)
-    owner: dict[int, str] = {}
-    for s in SPLITS:
-        for r in read_output(project / "out/api-strat", s):
-            assert owner.setdefault(r["group"], s) == s  # a key's records share a split
-    for c in range(3):  # exact per class, except where a group of <= 10 straddles a cut (it stays whole)
-        want = largest_remainder(sum(1 for r in kept if r["label"] == c), parse_fractions(FR))
-        assert all(abs(a - b) <= 10 for a, b in zip(m["classes"][str(c)].values(), want))

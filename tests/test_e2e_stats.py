@@ -1,4 +1,5 @@
-"""The stats component end to end through the real ``torchx run`` CLI (and ``api.stats``), checked
+"""The stats component end to end through the real ``torchx run`` CLI (and ``api.stats``): one launch
+each; the same job at other world sizes, other options and a failing one run in this process. Checked
 against numpy / exact Python counts on generated data with known distributions.
 
 The data (``make_records``): ``id`` int, ``x`` lognormal, ``y`` normal with ~3% NaNs, ``label`` a
@@ -31,8 +32,9 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 import pytest
-from tdp_testutil import run_torchx, write_jsonl
+from tdp_testutil import run_component, run_torchx, write_jsonl
 
+from torchx_datapipes.errors import DatapipesError
 from torchx_datapipes.stats.summary import near_unique
 
 pytestmark = pytest.mark.e2e
@@ -281,29 +283,29 @@ def load(out: Path) -> Dict[str, Any]:
 
 @pytest.fixture(scope="module")
 def runs(project: Tuple[Path, List[Dict[str, Any]], int]) -> Dict[str, Path]:
-    """The issue's command at -j 1x2, and -j 1x1 (default units) vs -j 2x2 (small units)."""
+    """One real launch: -j 2x2 with small units; in this process (one rank), the same job with default
+    units at 1 worker ("1x1") and 2 workers ("1x1w2": the partials of the issue's -j 1x2)."""
     root = project[0]
-    outs: Dict[str, Path] = {}
-    for j, port, extra in (
-        ("1x2", 29631, ()),
-        ("1x1", 29632, ()),
-        ("2x2", 29633, ("--unit_mb", "0.3")),
-    ):
-        res = run_torchx(stats_args(f"out/{j}", j, port, *extra), root)
-        assert res.returncode == 0, res.stdout + res.stderr
-        outs[j] = root / "out" / j
+    res = run_torchx(stats_args("out/2x2", "2x2", 29633, "--unit_mb", "0.3"), root)
+    assert res.returncode == 0, res.stdout + res.stderr
+    outs: Dict[str, Path] = {"2x2": root / "out/2x2"}
+    for name, workers in (("1x1", 1), ("1x1w2", 2)):
+        run_component(
+            root, "stats", input="data/*.jsonl", output=f"out/{name}", j="1x1", num_workers=workers,
+            on_error="skip",
+        )  # fmt: skip
+        outs[name] = root / "out" / name
     return outs
 
 
 @pytest.fixture(scope="module")
 def options_run(project: Tuple[Path, List[Dict[str, Any]], int]) -> Path:
+    """The options and ``--fn`` as the component passes them to the runner, run in this process."""
     root = project[0]
-    extra = (
-        *("--fields", "x,y,label,tag,absent", "--quantiles", "0.1,0.5,0.9", "--top_k", "5"),
-        *("--bins", "10", "--fn", "my_feats.py:featurize"),
-    )
-    res = run_torchx(stats_args("out/options", "1x1", 29634, *extra), root)
-    assert res.returncode == 0, res.stdout + res.stderr
+    run_component(
+        root, "stats", input="data/*.jsonl", output="out/options", j="1x1", on_error="skip",
+        fields="x,y,label,tag,absent", quantiles="0.1,0.5,0.9", top_k=5, bins=10, fn="my_feats.py:featurize",
+    )  # fmt: skip
     return root / "out" / "options"
 
 
@@ -320,7 +322,7 @@ def test_every_field_against_numpy_for_every_world_size(
         assert doc["schema_version"] == 2, j
         assert doc["records"] == len(recs) and doc["bad_records"] == bad, j
         assert doc["records_in"] == len(recs) + bad, j
-        assert doc["world_size"] == {"1x1": 1, "1x2": 2, "2x2": 4}[j]
+        assert doc["world_size"] == {"1x1": 1, "1x1w2": 1, "2x2": 4}[j]
         assert list(doc["fields"]) == first_seen(recs), j  # first-seen order
         assert sorted(FIELDS) == sorted(doc["fields"]), j
         for name in FIELDS:
@@ -329,7 +331,7 @@ def test_every_field_against_numpy_for_every_world_size(
 
 def test_field_specifics(runs: Dict[str, Path], project: Tuple[Path, List[Dict[str, Any]], int]) -> None:
     _, recs, _ = project
-    doc = load(runs["1x2"])
+    doc = load(runs["1x1w2"])
     f = doc["fields"]
     assert f["tag"]["string"]["distinct"]["exact"] is False  # ~5k distinct: HyperLogLog
     assert 4500 <= len({r["tag"] for r in recs}) <= 5000
@@ -375,7 +377,7 @@ def test_1x1_and_2x2_agree(runs: Dict[str, Path], project: Tuple[Path, List[Dict
 
 def test_output_files(runs: Dict[str, Path], project: Tuple[Path, List[Dict[str, Any]], int]) -> None:
     root, _, bad = project
-    out = runs["1x2"]
+    out = runs["2x2"]  # the real launch: rank 0 merged every rank's partials
     doc = load(out)
     assert {"schema_version", "records", "bad_records", "inputs", "config", "fields"} <= set(doc)
     assert sorted(i["path"] for i in doc["inputs"]) == sorted(
@@ -453,10 +455,8 @@ def test_overwrite_refused_then_api_stats_returns_result(
 
 def test_on_error_raise_fails_on_nan_literals(project: Tuple[Path, List[Dict[str, Any]], int]) -> None:
     root = project[0]
-    args = ["run", "-s", "local_cwd", "torchx_datapipes.components:stats", "--input", "data/part-0.jsonl"]
-    res = run_torchx([*args, "--output", "out/raise", "-j", "1x1", "--rdzv_port", "29636"], root)
-    assert res.returncode != 0
-    assert "JSONDecodeError" in res.stdout + res.stderr
+    with pytest.raises(DatapipesError, match="JSONDecodeError"):
+        run_component(root, "stats", input="data/part-0.jsonl", output="out/raise", j="1x1")
     assert not (root / "out/raise/_SUCCESS").exists()
 
 
@@ -480,7 +480,7 @@ def screenshot(page: Path, tmp: Path) -> np.ndarray:
 
 
 def test_job_report_renders_in_chromium(runs: Dict[str, Path], tmp_path: Path) -> None:
-    pixels = screenshot(runs["1x2"] / "report.html", tmp_path)
+    pixels = screenshot(runs["2x2"] / "report.html", tmp_path)
     assert pixels.shape[:2] == (2400, 1280)
     colours = np.unique(pixels[::4, ::4, :3].reshape(-1, 3), axis=0)
     assert len(colours) > 50, "screenshot is (almost) a single colour"
