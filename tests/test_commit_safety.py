@@ -288,7 +288,7 @@ def test_a_live_lease_refuses_a_second_job_naming_the_owner(tmp_path: Path) -> N
     assert json.loads((tmp_path / "out/_LEASE").read_text())["job_id"] == "other-job-42"
 
 
-@pytest.mark.parametrize("age_s,pid", [(3600.0, os.getpid()), (1.0, 2**22 + 12345)])
+@pytest.mark.parametrize("age_s,pid", [(3600.0, os.getpid()), (1.0, 2**22 + 12345)], ids=["stale", "dead"])
 def test_a_stale_or_dead_lease_is_taken_over(
     tmp_path: Path, capfd: pytest.CaptureFixture[str], age_s: float, pid: int
 ) -> None:

@@ -10,9 +10,11 @@ is under the temp dir: ``api.run`` hands it a private copy, so the user's direct
 """
 
 import os
+import shutil
 import signal
 import socket
 import subprocess
+import tempfile
 import time
 from pathlib import Path
 from typing import Iterator, List
@@ -54,11 +56,14 @@ def dashboard(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     if not os.path.exists(ray):
         pytest.fail(f"{ray} is missing: `make install-dev` installs ray[default]")
     tmp = tmp_path_factory.mktemp("ray")
+    # Ray's own temp dir holds AF_UNIX sockets (at most 107 bytes of path, checked by Ray): a short
+    # private dir, not one under pytest's basetemp, whose depth varies (pytest-xdist adds a level)
+    short = Path(tempfile.mkdtemp(prefix="tdp-ray-", dir="/tmp"))
     port = _free_port()
     env = {**os.environ, "PATH": f"{VENV_BIN}:{os.environ.get('PATH', '')}", "RAY_USAGE_STATS_ENABLED": "0"}
     argv = [
         ray, "start", "--head", "--block", f"--port={_free_port()}", "--num-cpus=2",
-        f"--dashboard-port={port}", "--include-dashboard=true", f"--temp-dir={tmp / 't'}",
+        f"--dashboard-port={port}", "--include-dashboard=true", f"--temp-dir={short}",
         "--disable-usage-stats",
     ]  # fmt: skip
     with open(tmp / "ray.log", "wb") as log:
@@ -90,6 +95,7 @@ def dashboard(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
                 break
         head.wait(timeout=30)
         assert not _alive(ours), f"Ray processes left behind: {_alive(ours)}"
+        shutil.rmtree(short, ignore_errors=True)
 
 
 def _alive(pids: "set[int]") -> List[int]:
