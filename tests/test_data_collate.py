@@ -27,6 +27,12 @@ def ident(r: Dict[str, Any]) -> Dict[str, Any]:
     return r
 
 
+def priced(r: Dict[str, Any]) -> Dict[str, Any]:
+    from decimal import Decimal
+
+    return {**r, "price": None if r["price"] is None else Decimal(r["price"])}
+
+
 @pytest.fixture(scope="module")
 def table(tmp_path_factory: Any) -> Dict[str, str]:
     root: Path = tmp_path_factory.mktemp("collate")
@@ -86,3 +92,26 @@ def test_fill_values_and_strict_mode_name_the_field() -> None:
         and out["__mask__"]["t"].tolist() == [True, False]
     )
     assert pickle.loads(pickle.dumps(Collate(null={"a": 0}))) == Collate(null={"a": 0})
+
+
+def test_a_typed_csv_with_dates_decimals_and_missing_values_collates(tmp_path: Path) -> None:
+    """A real table's non-numeric types (a ``--schema`` date, a Decimal) stay lists, None kept."""
+    import datetime
+    from decimal import Decimal
+
+    (tmp_path / "t.csv").write_text(
+        'id,name,joined,price\n1,"Smith, John",2020/01/03,1.50\n2,"Doe, Jane",NA,2.25\n'
+        "3,Bob,2019/12/31,\n4,Eve,2022/07/15,3.00\n"
+    )
+    out = tmp_path / "out"
+    schema = "joined:date[%Y/%m/%d],price:string"
+    run_op("transform", str(tmp_path / "t.csv"), out, "--schema", schema, "--output_format", "parquet",
+           fn=priced)  # fmt: skip
+    (b,) = list(DataLoader(OutputDataset(str(out)), batch_size=8, collate_fn=collate))
+    assert b["id"].tolist() == [1, 2, 3, 4] and b["name"][0] == "Smith, John"
+    d = datetime.date
+    assert b["joined"] == [d(2020, 1, 3), None, d(2019, 12, 31), d(2022, 7, 15)]
+    assert b["price"] == [Decimal("1.50"), Decimal("2.25"), None, Decimal("3.00")]
+    assert present(b, "joined").tolist() == [True, False, True, True]  # from the list's None
+    first = next(iter(DataLoader(OutputDataset(str(out)), batch_size=1, collate_fn=collate)))
+    assert first["joined"] == [datetime.date(2020, 1, 3)]  # nothing missing: still a list

@@ -13,7 +13,9 @@ PyTorch's ``default_collate`` fails on the first ``None`` it meets, naming no fi
   :func:`present` gives the mask of any field (all True when nothing was missing);
 - strings, bytes and other values stay lists, ``None`` included (as ``default_collate`` keeps
   strings); so does a field missing from every record of the batch (its type is unknown there),
-  with an all-False mask;
+  with an all-False mask. Dates, datetimes, times, durations and ``Decimal`` (which a CSV
+  ``--schema``, Parquet or our JSON Lines tags give back as such) stay lists too, where
+  ``default_collate`` raises on them;
 - with ``mask=False``, a missing value of a field without a fill value is a :class:`CollateError`
   naming the field, how many values were missing, and the two fixes.
 
@@ -21,8 +23,10 @@ A record without the field counts as missing. Records that are not dicts go to
 ``default_collate`` unchanged. ``Collate`` objects pickle (DataLoader workers get a copy).
 """
 
+import datetime
 import math
 from dataclasses import dataclass, field
+from decimal import Decimal
 from typing import Any, Dict, List, Mapping, Optional, Sequence
 
 import numpy as np
@@ -32,6 +36,8 @@ from torch.utils.data import default_collate
 from torchx_datapipes.errors import DatapipesError
 
 MASK_KEY = "__mask__"
+# values default_collate refuses that a table holds: kept as lists, like strings
+_KEPT_AS_LISTS = (datetime.date, datetime.time, datetime.timedelta, Decimal)
 
 __all__ = ["MASK_KEY", "Collate", "CollateError", "collate", "present"]
 
@@ -126,6 +132,8 @@ def _filler(present_values: List[Any]) -> Any:
 
 
 def _collate(name: str, values: List[Any]) -> Any:
+    if all(isinstance(v, _KEPT_AS_LISTS) for v in values):
+        return list(values)
     try:
         return default_collate(values)
     except (TypeError, RuntimeError) as e:
