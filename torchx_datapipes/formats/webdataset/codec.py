@@ -13,10 +13,10 @@ numpy array / torch tensor                  ``<key>.<field>.npy``   a tensor, dt
 ``str`` in a ``txt``/``text`` field         ``<key>.<field>``       ``str`` (UTF-8 text)
 ``int`` in a ``cls``/``cls2``/``index``/    ``<key>.<field>``       ``int`` (decimal text)
 ``inx``/``id`` field
-anything else (``"007"`` in ``id``, ``5``   ``<key>.<field>.json``  the JSON value: exact big
-in ``txt``, floats incl. NaN/inf, lists,                            integers, NaN and infinity;
-``Decimal``, dates, times, nested arrays)                           ``Decimal``, ``date``,
-                                                                    ``datetime`` (tz kept),
+anything else (``None``, ``"007"`` in       ``<key>.<field>.json``  the JSON value: exact big
+``id``, ``5`` in ``txt``, floats incl.                              integers, NaN and infinity;
+NaN/inf, lists, ``Decimal``, dates,                                 ``Decimal``, ``date``,
+times, nested arrays)                                               ``datetime`` (tz kept),
                                                                     ``time`` and nested arrays
                                                                     (tensors) from the tagged
                                                                     objects of formats/jsonl/codec.py
@@ -25,7 +25,10 @@ in ``txt``, floats incl. NaN/inf, lists,                            integers, Na
 A field whose name already ends in ``npy``/``json`` is not given the extension twice. The text
 conventions are WebDataset's (``.txt`` is text, ``.cls`` a class index); a value of another type
 in such a field goes to ``.json`` rather than changing type on the way back (``"007"`` would read
-back as 7 from ``.id``). ``None`` values are not written (a member cannot be empty and present).
+back as 7 from ``.id``). ``None`` is the member ``<key>.<field>.json`` holding ``null`` (a tar
+member costs 1 KiB at least, so a None costs that too): our readers give it back as ``None``, not
+as a missing field. (The ``webdataset`` package's default decoder leaves it ``b"null"``: a
+handler returning None means "not decoded" there.)
 """
 
 import io
@@ -85,7 +88,7 @@ def _plain(v: Any) -> Any:
 
 
 def member(key: str, field: str, v: Any) -> Tuple[str, bytes]:
-    """The member name and bytes of one non-None field value."""
+    """The member name and bytes of one field value."""
     last = field.rsplit(".", 1)[-1].lower()
     if isinstance(v, _BYTES):
         if kind(field) != "bytes":

@@ -2,7 +2,7 @@
 
 Fields become members by the one codec readers share (formats/webdataset/codec.py): bytes as they are, arrays
 and tensors as ``.npy``, str in ``txt``/``text`` fields and ints in ``cls``/``id``/... fields as
-text, anything else as ``.json``; each reads back with its value and type.
+text, anything else as ``.json`` (``None`` too, as ``null``); each reads back with its value and type.
 
 The key is the record's ``__key__`` if it has one, else ``<part>_<record index>`` (a key must not
 contain a dot or a slash: WebDataset splits member names at the first dot). Members are written
@@ -33,8 +33,6 @@ def _members(key: str, rec: Any) -> List[Tuple[str, bytes]]:
             continue  # __key__, __url__, ...: WebDataset metadata, not members
         if "/" in f or not f:
             raise ValueError(f"field {f!r}: a WebDataset member name cannot be empty or contain '/'")
-        if v is None:
-            continue
         try:
             out.append(member(key, f, v))
         except (TypeError, ValueError) as e:
