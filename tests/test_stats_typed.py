@@ -253,6 +253,7 @@ def test_split_jsonl_keeps_numbers(tmp_path: Path) -> None:
     assert len(got) == 300 - nans and m["bad"] == nans
     errors = [json.loads(x) for p in (out / "_errors").glob("*") for x in p.read_text().splitlines()]
     assert len(errors) == nans and all("field f64: NaN/inf" in e["error"] for e in errors)
+    assert all("'f64': nan" in e["raw"] for e in errors)  # the record as it was, not with a null
     for r in got:
         assert r["i64"] is None or type(r["i64"]) is int
         assert r["f64"] is None or (type(r["f64"]) is float and math.isfinite(r["f64"]))

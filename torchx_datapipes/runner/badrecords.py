@@ -7,7 +7,7 @@ from typing import Any, Dict, List, Optional
 import orjson
 
 from torchx_datapipes.errors import InputError
-from torchx_datapipes.formats.jsonl.bigints import dumps
+from torchx_datapipes.formats.jsonl.codec import dumps
 from torchx_datapipes.formats.reading import BadRecord, UnitReader
 from torchx_datapipes.io.checksum import FileSum, write_summed
 from torchx_datapipes.io.fs import join
@@ -162,7 +162,9 @@ class ErrorSink:
 
 
 def _dump(rec: Any) -> str:
+    """The record as our JSON Lines writes it (exact: big integers, typed values as tags); else its
+    ``repr``, which shows what JSON cannot hold (NaN and infinity would become ``null`` there)."""
     try:
-        return dumps(rec).decode()  # exact, big integers included
-    except TypeError:
+        return dumps(rec).decode()
+    except (TypeError, ValueError):
         return repr(rec)[:2000]
