@@ -27,6 +27,7 @@ from typing import Any, Dict, List, Optional, Tuple
 import numpy as np
 import orjson
 
+from torchx_datapipes.errors import DatapipesError
 from torchx_datapipes.formats.webdataset.codec import decode, decode_int, kind, member, member_field
 from torchx_datapipes.io.values import as_array
 
@@ -41,7 +42,7 @@ _U16 = struct.Struct("<H")
 _KEY = "r"
 
 
-class MessageFormatError(ValueError):
+class MessageFormatError(DatapipesError, ValueError):
     """A message that is not a torchx_datapipes queue message (or of a newer version)."""
 
 

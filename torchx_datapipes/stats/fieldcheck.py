@@ -13,12 +13,13 @@ from __future__ import annotations
 import difflib
 from typing import Any, Iterable, Sequence
 
+from torchx_datapipes.errors import InputError
 from torchx_datapipes.stats.partial import VALUE_FIELD
 
 SAMPLE_RECORDS = 10_000
 
 
-class UnknownFieldError(ValueError):
+class UnknownFieldError(InputError):
     """``--fields`` names a field that the input does not have."""
 
 
