@@ -31,7 +31,7 @@ from torchx_datapipes.cluster import (
 )
 from torchx_datapipes.errors import DatapipesError
 from torchx_datapipes.formats.planning import check_input_formats
-from torchx_datapipes.formats.registry import check_format_options
+from torchx_datapipes.formats.registry import SHIPPED_ENV, check_format_options, shipped
 from torchx_datapipes.formats.spec import encode_spec
 from torchx_datapipes.io.fs import InputFile, check_disjoint, check_io_disjoint, split_patterns
 from torchx_datapipes.io.lease import refuse_if_held
@@ -74,6 +74,9 @@ def build_app(op: str, arguments: Mapping[str, Any]) -> specs.AppDef:
                 "schema": bool(values["schema"]), "na_values": values["na_values"] is not None,
                 "delimiter": bool(values["delimiter"]), "header": not values["header"],
             })  # fmt: skip
+        ship = shipped([values.get("format"), values.get("output_format")])  # formats registered from code
+        if ship:
+            values["env"] = {**(values["env"] or {}), SHIPPED_ENV: ship}
         commit_dir = _commit_dir(op, values, where)  # --state for a queue --output (docs/queue.md)
         local = validate_io(values["input"], commit_dir, values["overwrite"], where.shares_client_fs)
         if local is not None:  # elsewhere local paths are the job's mounts: the runner checks them

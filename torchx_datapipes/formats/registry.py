@@ -14,11 +14,14 @@ wrapped in a ``Format``. Adding a built-in format is one package under ``formats
 ``FORMAT`` plus one line in ``_KNOWN``.
 """
 
+import base64
 import dataclasses
 import functools
+import json
+import os
 import posixpath
 from importlib.metadata import entry_points
-from typing import TYPE_CHECKING, Dict, FrozenSet, List, Optional, Tuple, Type, Union
+from typing import TYPE_CHECKING, Any, Dict, FrozenSet, Iterable, List, Optional, Tuple, Type, Union
 
 from torchx_datapipes.formats.base import InputFormat, stem_of
 from torchx_datapipes.formats.format import Format, load
@@ -42,6 +45,9 @@ _KNOWN: Dict[str, str] = {
 _REGISTERED: Dict[str, Format] = {}
 _CACHE: Dict[str, Format] = {}
 _ALIASES: Dict[str, str] = {}
+# formats registered from code in the client travel to the job's processes in this variable
+SHIPPED_ENV = "TDP_FORMATS"
+_SHIPPED: List[str] = [""]  # the value of SHIPPED_ENV last registered in this process
 
 
 @functools.cache
@@ -107,14 +113,76 @@ def unregister(name: str) -> None:
     _clear()
 
 
+def _ref(name: str, direction: str, ref: Any) -> Optional[str]:
+    """``ref`` as ``"module:Class"`` that another process can import, or a ValueError naming the fix."""
+    if ref is None or isinstance(ref, str):
+        return ref
+    module, qualname = ref.__module__, ref.__qualname__
+    if module == "__main__" or "<locals>" in qualname:
+        where = "your script or notebook (__main__)" if module == "__main__" else "a function"
+        raise ValueError(
+            f"format {name!r} was registered from code with its {direction} class {qualname} defined in"
+            f" {where}: the job's processes cannot import it. Move the class to a module they can import"
+            " (a .py file beside your script, or a package), or register it by entry point"
+            " (docs/formats.md, 'Adding a format')"
+        )
+    return f"{module}:{qualname}"
+
+
+def shipped(names: Iterable[Optional[str]]) -> str:
+    """The formats among ``names`` registered from code in this process, encoded for the job's
+    environment (:data:`SHIPPED_ENV`; ``""``: none), so that its runner and DataLoader workers know
+    them too. ``"auto"`` ships every code-registered input format whose classes can be imported by
+    name; a format named outright must be (its classes defined in an importable module)."""
+    _ensure_shipped()
+    if not _REGISTERED:
+        return ""
+    table: Dict[str, Dict[str, Any]] = {}
+    wanted = [aliases().get(n, n) for n in names if n]
+    for real in dict.fromkeys([*wanted, *(_REGISTERED if "auto" in wanted else ())]):
+        fmt = _REGISTERED.get(real)
+        if fmt is None:
+            continue
+        try:
+            refs = {d: _ref(real, d, getattr(fmt, d)) for d in ("input", "writer", "reader")}
+        except ValueError:
+            if real in wanted:
+                raise
+            continue  # only --format auto could pick it: the job reads its files as of an unknown extension
+        table[real] = {**refs, "aliases": list(fmt.aliases), "part_ext": fmt.part_ext,
+                       "options": list(fmt.options), "extra": fmt.extra, "doc": fmt.doc}  # fmt: skip
+    if not table:
+        return ""
+    return base64.urlsafe_b64encode(json.dumps(table, sort_keys=True).encode()).decode()
+
+
+def _ensure_shipped() -> None:
+    """Register the formats the client shipped in :data:`SHIPPED_ENV` (once per value)."""
+    text = os.environ.get(SHIPPED_ENV, "")
+    if text == _SHIPPED[0]:
+        return
+    _SHIPPED[0] = text
+    if not text:
+        return
+    for name, d in json.loads(base64.urlsafe_b64decode(text.encode())).items():
+        if name not in _REGISTERED:  # this process's own registration wins
+            _REGISTERED[name] = Format(
+                name, input=d["input"], writer=d["writer"], reader=d["reader"], aliases=tuple(d["aliases"]),
+                part_ext=d["part_ext"], options=tuple(d["options"]), extra=d["extra"], doc=d["doc"],
+            )  # fmt: skip
+    _clear()
+
+
 def _names() -> Tuple[str, ...]:
     """Every format name: the built-ins first, then plug-ins (registered or by entry point), sorted."""
+    _ensure_shipped()
     eps = {n for n, _ in _entry_points(ENTRY_POINT_GROUP)} | {n for n, _ in _entry_points(WRITERS_GROUP)}
     return (*sorted(_KNOWN), *sorted({*_REGISTERED, *eps} - set(_KNOWN)))
 
 
 def _lookup(name: str) -> Optional[Format]:
     """The Format registered, built in or an entry point under exactly ``name``, or None."""
+    _ensure_shipped()
     if name in _CACHE:
         return _CACHE[name]
     fmt: Optional[Format] = _REGISTERED.get(name)
