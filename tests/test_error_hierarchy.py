@@ -14,8 +14,6 @@ import torchx_datapipes
 from torchx_datapipes.errors import DatapipesError
 
 INTERNAL = {
-    # formats/jsonl: caught by the reader, the record becomes a bad record naming the key
-    "torchx_datapipes.formats.jsonl.dupkeys.DuplicateKey",
     # cache/codec.py catches it: the value is stored with pickle (if allowed) or not cached
     "torchx_datapipes.cache.safe.Unsafe",
 }

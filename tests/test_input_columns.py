@@ -105,40 +105,40 @@ def test_parquet_with_duplicate_column_names_is_renamed(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("batch", ["1", "3", "1024"])
-def test_json_lines_repeating_a_key_is_a_bad_record_naming_it(tmp_path: Path, batch: str) -> None:
+def test_json_lines_repeating_a_key_are_renamed_like_csv_headers(
+    tmp_path: Path, batch: str, capfd: pytest.CaptureFixture[str]
+) -> None:
     f = tmp_path / "d.jsonl"
     f.write_text(
         '{"x": 1, "y": 2, "x": 3}\n{"at": "12:00:00", "url": "http://a"}\n{"a": {"b": 1, "b": 2}}\n{"x": 1}\n'
-        '{"n": 123456789012345678901234567890, "m": {"k": [1, {"z": 2}]}}\n'
+        '{"n": 123456789012345678901234567890, "m": {"k": [1, {"z": 2}]}, "n": 7, "x.1": 0, "x": 5}\n'
     )
-    m = run_op(
-        "transform", str(f), tmp_path / "o", "--on_error", "skip", "--max_error_rate", "1",
-        "--batch_size", batch,
-        fn=identity,
-    )  # fmt: skip
-    assert read_output(tmp_path / "o")[:2] == [{"at": "12:00:00", "url": "http://a"}, {"x": 1}]
+    m = run_op("transform", str(f), tmp_path / "o", "--batch_size", batch, fn=identity)
+    assert read_output(tmp_path / "o")[:4] == [
+        {"x": 1, "y": 2, "x.1": 3},
+        {"at": "12:00:00", "url": "http://a"},
+        {"a": {"b": 1, "b.1": 2}},
+        {"x": 1},
+    ]  # no value lost
     written = b"".join(p.read_bytes() for p in sorted((tmp_path / "o").glob("part-*.jsonl")))
-    assert b'"n":123456789012345678901234567890' in written  # a big int: checked line by line, kept
-    assert m["bad"] == 2
-    errs = errors(tmp_path / "o")
-    assert [(e["file"], e["line"]) for e in errs] == [(str(f), 1), (str(f), 3)]
-    assert "key 'x' appears more than once" in errs[0]["error"] and "key 'a.b'" in errs[1]["error"]
-    with pytest.raises(
-        Exception, match=r"line 1.*key 'x' appears more than once|key 'x' appears more than once"
-    ):
-        run_op("transform", str(f), tmp_path / "o2", fn=identity)  # on_error raise: the job fails
+    assert b'{"n":123456789012345678901234567890,"m":{"k":[1,{"z":2}]},"n.1":7,"x.1":0,"x":5}' in written
+    assert m["bad"] == 0 and m["renamed_keys"] == 3
+    err = capfd.readouterr().err
+    assert f"{f}, line 1: repeated JSON keys renamed: 'x' -> 'x.1'" in err
+    assert f"{f}, line 3: repeated JSON keys renamed: 'b' -> 'b.1'" in err
+    assert f"{f}, line 5: repeated JSON keys renamed: 'n' -> 'n.1'" in err
 
 
-def test_json_document_item_repeating_a_key_is_a_bad_record(tmp_path: Path) -> None:
+def test_json_document_items_repeating_a_key_are_renamed(
+    tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
     f = tmp_path / "d.json"
     f.write_text('[{"x": 1, "x": 2}, {"t": "1:2"}, {"q": [{"r": 1, "r": 2}]}]')
-    m = run_op(
-        "transform", str(f), tmp_path / "o", "--on_error", "skip", "--max_error_rate", "1", fn=identity
-    )
-    assert read_output(tmp_path / "o") == [{"t": "1:2"}] and m["bad"] == 2
-    assert [(e["line"], "appears more than once" in e["error"]) for e in errors(tmp_path / "o")] == [
-        (1, True), (3, True)
-    ]  # fmt: skip
+    m = run_op("transform", str(f), tmp_path / "o", fn=identity)
+    assert read_output(tmp_path / "o") == [{"x": 1, "x.1": 2}, {"t": "1:2"}, {"q": [{"r": 1, "r.1": 2}]}]
+    assert m["bad"] == 0 and m["renamed_keys"] == 2
+    err = capfd.readouterr().err
+    assert f"{f}, item 1: repeated JSON keys renamed: 'x' -> 'x.1'" in err and f"{f}, item 3:" in err
 
 
 # -- 2. --header false ------------------------------------------------------------------------

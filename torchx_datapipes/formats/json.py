@@ -99,15 +99,13 @@ class JsonFormat(InputFormat):
                 f"{u.path}: not a JSON document ({type(e).__name__}: {e}); a .json file must hold a"
                 " JSON array of records, one object, or JSON Lines. Fix the file, or pass --format jsonl"
             ) from e
+        if dupkeys.may_repeat(data, doc):  # objects that repeat a key: renamed (x, x.1), warned
+            doc = _renamed(reader, data, doc)
         items = doc if isinstance(doc, list) else [doc]
-        repeated = dupkeys.repeated_items(data, doc)  # objects that repeat a key: bad records
         tagged = TAG_BYTES in data  # typed values as our writers tag them (formats/jsonl/codec.py)
         recs: List[Any] = []
         rows: List[int] = []
         for i, rec in enumerate(items, 1):
-            if i - 1 in repeated:
-                reader.add_bad(i, dupkeys.message(repeated[i - 1]), show(orjson.dumps(rec)))
-                continue
             if tagged:
                 try:
                     rec = decode_tags(rec)
@@ -129,3 +127,30 @@ class JsonFormat(InputFormat):
 
 
 FORMAT = Format("json", input=JsonFormat, doc="a JSON array of objects (or one object) per file")
+
+
+def _renamed(reader: "UnitReader", data: bytes, doc: Any) -> Any:
+    """``doc`` parsed again with the keys its objects repeat renamed; each item's renames warned."""
+    new, found = dupkeys.renamed(data)
+    if not found:
+        return doc
+    old_items = doc if isinstance(doc, list) else [doc]
+    new_items = new if isinstance(new, list) else [new]
+    for i, (old, item) in enumerate(zip(old_items, new_items, strict=True), 1):
+        added = _added_keys(old, item)
+        if added:
+            reader.renamed(i, [(k.rsplit(".", 1)[0], k) for k in added], what="item")
+    return new
+
+
+def _added_keys(old: Any, new: Any) -> List[str]:
+    """The keys of ``new``'s objects (at any depth) that the same objects of ``old`` lack."""
+    if isinstance(new, dict) and isinstance(old, dict):
+        out = [k for k in new if k not in old]
+        for k, v in new.items():
+            if k in old:
+                out += _added_keys(old[k], v)
+        return out
+    if isinstance(new, list) and isinstance(old, list):
+        return [k for a, b in zip(old, new) for k in _added_keys(a, b)]
+    return []

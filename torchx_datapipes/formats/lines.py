@@ -18,7 +18,6 @@ from torchx_datapipes.formats.base import BOM, Batches, InputFormat, open_unit_s
 from torchx_datapipes.formats.jsonl import dupkeys
 from torchx_datapipes.formats.jsonl.bigints import TooDeep, loads_exact, may_hold_big_int
 from torchx_datapipes.formats.jsonl.codec import TAG_BYTES, BadTag, decode_tags
-from torchx_datapipes.formats.jsonl.dupkeys import DuplicateKey
 from torchx_datapipes.io.streams import CorruptError, TruncatedError
 
 if TYPE_CHECKING:
@@ -214,44 +213,38 @@ def _skip(_raw: bytes) -> None:
 def _checked(
     r: "UnitReader", recs: List[Any], lines: Optional[List[int]], base: int, raws: List[bytes]
 ) -> Tuple[List[Any], Optional[List[int]]]:
-    """A batch of JSON Lines records as parsed, checked: objects that repeat a key dropped, then
-    tagged objects (formats/jsonl/codec.py: tensors, Decimal, dates) decoded, in the batches whose bytes
-    hold the tag (one search of the batch; a plain file pays nothing else)."""
+    """A batch of JSON Lines records as parsed, checked: the keys an object repeats renamed
+    (``dupkeys``), then tagged objects (formats/jsonl/codec.py: tensors, Decimal, dates) decoded, in
+    the batches whose bytes hold the tag (one search of the batch; a plain file pays nothing else)."""
     joined = b"".join(raws)
-    recs, lines, raws = _drop_repeated(r, recs, lines, base, raws, joined)
+    recs = _rename_repeated(r, recs, lines, base, raws, joined)
     if TAG_BYTES in joined:
         recs, lines = _decode_tagged(r, recs, lines, base, raws)
     return recs, lines
 
 
-def _drop_repeated(
+def _rename_repeated(
     r: "UnitReader", recs: List[Any], lines: Optional[List[int]], base: int, raws: List[bytes], joined: bytes
-) -> Tuple[List[Any], Optional[List[int]], List[bytes]]:
-    """``recs`` without the objects that repeat a key, each a bad record naming it (``dupkeys``),
-    with their lines and raw lines.
+) -> List[Any]:
+    """``recs`` with the keys an object repeats renamed (``x``, ``x.1``; ``dupkeys``), each warned.
 
     Once per batch: the key colons (``":``) of its lines against the keys orjson returned, then
     against orjson's encoding of what it parsed (nested objects); equal means no repeated key."""
     raw_keys = joined.count(_KEY_END)
     try:
         if raw_keys <= sum(map(len, recs)) or raw_keys <= orjson.dumps(recs).count(_KEY_END):
-            return recs, lines, raws
+            return recs
     except TypeError:  # an int beyond 64 bits, or a record that is a number: look line by line
         pass
     at = lines if lines is not None else range(base, base + len(recs))
-    keep_recs: List[Any] = []
-    keep_lines: List[int] = []
-    keep_raws: List[bytes] = []
-    for rec, lineno, raw in zip(recs, at, raws, strict=True):
-        try:
-            dupkeys.check(raw, rec)
-        except DuplicateKey as e:
-            r.add_bad(lineno, str(e), show(raw))
-            continue
-        keep_recs.append(rec)
-        keep_lines.append(lineno)
-        keep_raws.append(raw)
-    return (recs, lines, raws) if len(keep_recs) == len(recs) else (keep_recs, keep_lines, keep_raws)
+    out = list(recs)
+    for i, (rec, lineno, raw) in enumerate(zip(recs, at, raws, strict=True)):
+        if dupkeys.may_repeat(raw, rec):
+            new, found = dupkeys.renamed(raw)
+            if found:
+                out[i] = new
+                r.renamed(lineno, found)
+    return out
 
 
 def _decode_tagged(

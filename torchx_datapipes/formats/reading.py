@@ -5,6 +5,7 @@ compressed stream (``unit_errors``, ``bad_units``, ``lost_bytes``), blank lines,
 bytes read. Formats are found through :mod:`torchx_datapipes.formats.spec`.
 """
 
+import sys
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator, List, Optional, Sequence, Tuple
 
@@ -14,6 +15,8 @@ from torchx_datapipes.formats.parquet.input import open_parquet
 from torchx_datapipes.formats.registry import detect_format, input_class
 from torchx_datapipes.formats.unit import Unit
 from torchx_datapipes.io.streams import TruncatedError
+
+_WARN_RENAMED_KEYS = 20  # renamed keys warned about per unit (all are counted)
 
 __all__ = [
     "JSONL_OBJECTS_ONLY",
@@ -66,6 +69,7 @@ class UnitReader:
         self.bad: List[BadRecord] = []
         self.blank = 0
         self.skipped_members = 0  # archive members skipped without being a record (tar links)
+        self.renamed_keys = 0  # JSON object keys renamed because the object repeated them (x -> x.1)
         self.records = 0
         self.bytes_done = 0
         self.bytes_read = 0  # raw (compressed, if so) bytes read from the file, boundary lines included
@@ -114,6 +118,20 @@ class UnitReader:
     # -- for the format modules --------------------------------------------------------------
     def add_bad(self, line: int, error: str, raw: str) -> None:
         self.bad.append(BadRecord(line, error, raw))
+
+    def renamed(self, line: int, found: Sequence[Tuple[str, str]], what: str = "line") -> None:
+        """A JSON object repeated keys, renamed as ``found`` (``(from, to)``): counted, and the first
+        few warned, naming the file and line (formats/jsonl/dupkeys.py)."""
+        if self.renamed_keys < _WARN_RENAMED_KEYS:
+            pairs = ", ".join(f"{a!r} -> {b!r}" for a, b in found)
+            print(
+                f"warning: {self.unit.path}, {what} {line}: repeated JSON keys renamed: {pairs} (like"
+                " pandas renames CSV headers; use the new names in your function; the manifest counts"
+                " them as renamed_keys)",
+                file=sys.stderr,
+                flush=True,
+            )
+        self.renamed_keys += len(found)
 
     def damaged(self, line: int, error: str, lost: int, fix: str) -> None:
         """A part of the unit could not be decoded (a corrupt Parquet page): one bad unit."""

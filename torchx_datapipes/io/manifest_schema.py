@@ -23,8 +23,8 @@ by a restarted rank (``job``), by the runner's summary line (``runner/main.py``)
   ``job`` (``run_id``: torchrun's run id or null; ``request``: the fingerprint of what was asked
   for; ``fingerprint``: the fingerprint the commit records carry), ``world_size``,
   ``num_workers``, ``assign`` (dynamic or static), ``slots`` (units run per slot),
-  ``records_in``, ``bad``, ``blank_lines``, ``skipped_members``, ``lost_bytes`` (sums over the
-  units), ``error_rate``, ``max_error_rate``, ``errors_dir`` (``OUT/_errors`` or null),
+  ``records_in``, ``bad``, ``blank_lines``, ``skipped_members``, ``renamed_keys``, ``lost_bytes``
+  (sums over the units), ``error_rate``, ``max_error_rate``, ``errors_dir`` (``OUT/_errors`` or null),
   ``started_at`` (epoch seconds), ``wall_time_s``, ``units`` (one summary per unit, in unit
   order: below) and, when a tabular input had duplicate column names, ``renamed_columns``
   (``formats/columns.py``: path -> a list of ``column``, ``from``, ``to``).
@@ -64,8 +64,8 @@ unification (``files``, ``schemas``).
 - every pass (``runner/engine.py``): ``fingerprint`` (the job's; a record with another is not
   this job's), ``unit`` (the planned unit, ``formats/unit.py`` ``Unit.to_json``: ``index``,
   ``path``, ``size``, ``start``, ``end``, ``row_group``, ``format``, ``mtime``, ``read``),
-  ``records_in``, ``parsed``, ``blank_lines``, ``skipped_members``, ``bad``, ``bad_units``,
-  ``lost_bytes``, ``bytes_read``, ``errors`` (the unit's ``_errors/`` part or null),
+  ``records_in``, ``parsed``, ``blank_lines``, ``skipped_members``, ``renamed_keys``,
+  ``bad``, ``bad_units``, ``lost_bytes``, ``bytes_read``, ``errors`` (the unit's ``_errors/`` part or null),
   ``started_at``, ``wall_s``, ``slot``, ``rank``, ``worker``, ``attempt``, ``files`` (every file
   the unit wrote, each with ``path``, ``size`` and ``xxh3_128``: ``io/checksum.py`` ``FileSum``; read by
   ``data/_parts.py``, ``io/checksum.py`` and the resume check).
@@ -106,6 +106,7 @@ RECORDS_IN = "records_in"  # also a commit record's
 BAD = "bad"  # also a commit record's
 BLANK_LINES = "blank_lines"  # also a commit record's
 SKIPPED_MEMBERS = "skipped_members"  # also a commit record's
+RENAMED_JSON_KEYS = "renamed_keys"  # JSON keys an object repeated, renamed x -> x.1; also a commit record's
 LOST_BYTES = "lost_bytes"  # also a commit record's
 ERROR_RATE = "error_rate"
 MAX_ERROR_RATE = "max_error_rate"
@@ -200,8 +201,8 @@ KeySet = Tuple[FrozenSet[str], FrozenSet[str]]
 BASE_KEYS = frozenset({VERSION, OP, STATUS, CREATED, INPUTS, OPTIONS, VERSIONS})
 ENGINE_KEYS: KeySet = (
     frozenset({ARTIFACT, JOB, WORLD_SIZE, NUM_WORKERS, ASSIGN, SLOTS, RECORDS_IN, BAD, BLANK_LINES,
-               SKIPPED_MEMBERS, LOST_BYTES, ERROR_RATE, MAX_ERROR_RATE, ERRORS_DIR, STARTED_AT,
-               WALL_TIME_S, UNITS}),
+               SKIPPED_MEMBERS, RENAMED_JSON_KEYS, LOST_BYTES, ERROR_RATE, MAX_ERROR_RATE, ERRORS_DIR,
+               STARTED_AT, WALL_TIME_S, UNITS}),
     frozenset({RENAMED_COLUMNS}),
 )  # fmt: skip
 OP_KEYS: Dict[str, KeySet] = {  # what each op's finalize adds ("transform_queue": a queue --output)
@@ -249,9 +250,9 @@ OP_OPTIONS: Dict[str, FrozenSet[str]] = {
 }
 VALIDATE_OPTIONS = frozenset({OPT_VALIDATE_SCHEMA, OPT_VALIDATE_BASELINE, OPT_VALIDATE_FAIL_ON})
 
-RECORD_KEYS = frozenset({FINGERPRINT, UNIT, RECORDS_IN, PARSED, BLANK_LINES, SKIPPED_MEMBERS, BAD, BAD_UNITS,
-                         LOST_BYTES, BYTES_READ, ERRORS, STARTED_AT, WALL_S, SLOT, RANK, WORKER, ATTEMPT,
-                         FILES})  # fmt: skip
+RECORD_KEYS = frozenset({FINGERPRINT, UNIT, RECORDS_IN, PARSED, BLANK_LINES, SKIPPED_MEMBERS,
+                         RENAMED_JSON_KEYS, BAD, BAD_UNITS, LOST_BYTES, BYTES_READ, ERRORS, STARTED_AT,
+                         WALL_S, SLOT, RANK, WORKER, ATTEMPT, FILES})  # fmt: skip
 PASS_KEYS: Dict[str, KeySet] = {  # what each op's pass adds to the record ("split_count": split's count pass)
     "transform": (frozenset({RECORDS_OUT, FILTERED, OUTPUTS}), frozenset({SCHEMAS, CACHE})),
     "transform_queue": (

@@ -362,6 +362,7 @@ class Engine:
             ms.PARSED: reader.records,
             ms.BLANK_LINES: reader.blank,
             ms.SKIPPED_MEMBERS: reader.skipped_members,
+            ms.RENAMED_JSON_KEYS: reader.renamed_keys,
             ms.BAD: sink.count,
             ms.BAD_UNITS: reader.bad_units,
             ms.LOST_BYTES: reader.lost_bytes,
@@ -397,7 +398,14 @@ class Engine:
         check_files(c.output, metas)
         totals = {
             k: sum(int(m.get(k, 0)) for m in metas)
-            for k in (ms.RECORDS_IN, ms.BAD, ms.BLANK_LINES, ms.SKIPPED_MEMBERS, ms.LOST_BYTES)
+            for k in (
+                ms.RECORDS_IN,
+                ms.BAD,
+                ms.BLANK_LINES,
+                ms.SKIPPED_MEMBERS,
+                ms.RENAMED_JSON_KEYS,
+                ms.LOST_BYTES,
+            )
         }
         rate = check_error_rate(metas, sum(u.nbytes for u in self.units), c.max_error_rate, c.output)
         if self.lease is not None:
@@ -419,7 +427,7 @@ class Engine:
                 ms.NUM_WORKERS: c.num_workers,
                 ms.ASSIGN: c.assign,
                 ms.SLOTS: slot_counts(metas),
-                **totals,  # records_in, bad, blank_lines, skipped_members, lost_bytes
+                **totals,  # records_in, bad, blank_lines, skipped_members, renamed_keys, lost_bytes
                 ms.ERROR_RATE: rate,
                 ms.MAX_ERROR_RATE: c.max_error_rate,
                 ms.ERRORS_DIR: join(c.output, ERRORS_DIR) if totals[ms.BAD] else None,

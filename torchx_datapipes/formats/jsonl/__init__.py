@@ -1,7 +1,7 @@
 """JSON Lines: one JSON object per line, in every direction.
 
 - input (``--format jsonl``, ``.jsonl``/``.ndjson``): ``formats/lines.py`` (line splitting shared
-  with ``text``), repeated keys refused (``dupkeys.py``), big integers kept (``bigints.py``);
+  with ``text``), repeated keys renamed ``x``, ``x.1`` (``dupkeys.py``), big integers kept (``bigints.py``);
 - output (``--output_format jsonl``): ``writer.py``; reading parts back: ``reader.py``;
 - one codec for all of them: ``codec.py``.
 """

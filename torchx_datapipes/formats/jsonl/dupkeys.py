@@ -1,25 +1,24 @@
-"""JSON objects that repeat a key: a bad record naming the key, never a silently lost value.
+"""JSON objects that repeat a key: the repeats renamed like pandas renames CSV headers, never lost.
 
 orjson (like Python's json and JavaScript's ``JSON.parse``) keeps the last value of a repeated
-key and gives no access to the pairs, so there is nothing to rename like CSV headers: a record
-``{"x": 1, "x": 2}`` is refused as a bad record naming the key. Finding one costs almost
-nothing for the usual record: a key is followed by ``":``, so a record with no more of them
-than the keys orjson returned has no duplicate; a nested record is compared with orjson's own
-encoding of it, and only a record with more key colons than that (a repeated key) is parsed
-again with the stdlib parser, which sees every pair and names the key.
+key, silently losing the others. A record ``{"x": 1, "x": 2}`` is read as ``{"x": 1, "x.1": 2}``
+instead (``formats/columns.py`` ``dedup``, the names CSV and Parquet headers get), at every
+level of nesting; the reader warns, naming the file, line and keys, and counts them
+(``renamed_keys`` in the manifest). Finding one costs almost nothing for the usual record: a
+key is followed by ``":``, so a record with no more of them than the keys orjson returned has
+no repeat; a nested record is compared with orjson's own encoding of it, and only a record with
+more key colons than that is parsed again with the stdlib parser, which sees every pair.
 """
 
 import json
 import re
-from typing import Any, Dict, List, Optional, Set, Tuple
+from typing import Any, Dict, List, Tuple
 
 import orjson
 
+from torchx_datapipes.formats.columns import dedup
+
 _KEY_COLON = re.compile(rb'"\s*:')
-
-
-class DuplicateKey(ValueError):
-    """A JSON object that holds the same key twice (a bad record)."""
 
 
 def _count_keys(value: Any) -> int:
@@ -28,42 +27,6 @@ def _count_keys(value: Any) -> int:
     if value.__class__ is list:
         return sum(_count_keys(v) for v in value)
     return 0
-
-
-class _Seen(dict):  # type: ignore[type-arg]
-    """An object of the stdlib parse with the keys it repeats."""
-
-    repeated: Tuple[str, ...] = ()
-
-
-def _pairs(pairs: List[Tuple[str, Any]]) -> Any:
-    out = _Seen(pairs)
-    if len(out) < len(pairs):
-        seen: Set[str] = set()
-        again: List[str] = []
-        for k, _ in pairs:
-            if k in seen and k not in again:
-                again.append(k)
-            seen.add(k)
-        out.repeated = tuple(again)
-    return out
-
-
-def _repeated(value: Any, path: str = "") -> Optional[str]:
-    """The first repeated key in ``value`` (a stdlib parse with :func:`_pairs`), as a path."""
-    if isinstance(value, _Seen):
-        if value.repeated:
-            return path + value.repeated[0]
-        for k, v in value.items():
-            found = _repeated(v, f"{path}{k}.")
-            if found:
-                return found
-    elif isinstance(value, list):
-        for i, v in enumerate(value):
-            found = _repeated(v, f"{path}{i}.")
-            if found:
-                return found
-    return None
 
 
 def may_repeat(raw: bytes, parsed: Any) -> bool:
@@ -84,41 +47,26 @@ def may_repeat(raw: bytes, parsed: Any) -> bool:
         return keys > _count_keys(parsed)
 
 
-def repeated_key(raw: bytes) -> Optional[str]:
-    """The first repeated key of ``raw`` (``a.b`` inside nested objects), or None."""
+Renamed = List[Tuple[str, str]]  # (key in the file, key given)
+
+
+def _renaming(found: Renamed) -> Any:
+    def hook(pairs: List[Tuple[str, Any]]) -> Dict[str, Any]:
+        keys = [k for k, _ in pairs]
+        if len(set(keys)) == len(keys):
+            return dict(pairs)
+        names = dedup(keys)
+        found.extend((a, b) for a, b in zip(keys, names) if a != b)
+        return dict(zip(names, (v for _, v in pairs)))
+
+    return hook
+
+
+def renamed(raw: bytes) -> Tuple[Any, Renamed]:
+    """``raw`` parsed with every repeated key of its objects renamed (``x``, ``x.1``) and the
+    renames; ``(None, [])`` when the stdlib parser cannot read it (orjson's reading stands)."""
+    found: Renamed = []
     try:
-        return _repeated(json.loads(raw, object_pairs_hook=_pairs))
+        return json.loads(raw, object_pairs_hook=_renaming(found)), found
     except (ValueError, RecursionError):
-        return None  # orjson accepted it; the stdlib cannot say: keep orjson's reading
-
-
-def check(raw: bytes, parsed: Any) -> None:
-    """Raise :class:`DuplicateKey` when ``raw`` repeats a key in an object."""
-    if may_repeat(raw, parsed):
-        key = repeated_key(raw)
-        if key is not None:
-            raise DuplicateKey(message(key))
-
-
-def message(key: str) -> str:
-    return (
-        f"key {key!r} appears more than once in an object (a JSON parser keeps only the last value, so a"
-        " value would be lost); fix the record so that each key appears once"
-    )
-
-
-def repeated_items(data: bytes, doc: Any) -> Dict[int, str]:
-    """For a JSON document (``doc`` as orjson parsed it): ``{item index (0-based): repeated key}``."""
-    if not may_repeat(data, doc):
-        return {}
-    try:
-        doc = json.loads(data, object_pairs_hook=_pairs)
-    except (ValueError, RecursionError):
-        return {}
-    parsed = doc if isinstance(doc, list) else [doc]
-    out = {}
-    for i, item in enumerate(parsed):
-        key = _repeated(item)
-        if key is not None:
-            out[i] = key
-    return out
+        return None, []
