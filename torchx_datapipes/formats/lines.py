@@ -9,14 +9,14 @@ first byte is in. Line numbers are unit-local while reading and mapped to the fi
 """
 
 from dataclasses import dataclass
-from typing import IO, TYPE_CHECKING, Any, Iterator, List, Optional, Tuple, Union
+from typing import IO, TYPE_CHECKING, Any, FrozenSet, Iterator, List, Optional, Tuple, Union
 
 import orjson
 
 from torchx_datapipes.errors import DatapipesError
 from torchx_datapipes.formats.base import BOM, Batches, InputFormat, open_unit_stream, too_large
 from torchx_datapipes.formats.jsonl import dupkeys
-from torchx_datapipes.formats.jsonl.bigints import TooDeep, loads_exact, may_hold_big_int
+from torchx_datapipes.formats.jsonl.bigints import TooDeep, big_int_lines, loads_exact
 from torchx_datapipes.formats.jsonl.codec import TAG_BYTES, BadTag, decode_tags
 from torchx_datapipes.io.streams import CorruptError, TruncatedError
 
@@ -86,7 +86,7 @@ class _Long:
     head: bytes
 
 
-Chunk = Union[Tuple[int, List[bytes], bool], _Long]
+Chunk = Union[Tuple[int, List[bytes], FrozenSet[int]], _Long]  # (first line, lines, big_int_lines)
 
 
 def _skip_line(fh: IO[bytes]) -> None:
@@ -97,7 +97,7 @@ def _skip_line(fh: IO[bytes]) -> None:
             return
 
 
-def _split_long(first: int, parts: List[bytes], big: bool, limit: int) -> Iterator[Chunk]:
+def _split_long(first: int, parts: List[bytes], big: FrozenSet[int], limit: int) -> Iterator[Chunk]:
     """``parts`` as chunks, the lines over ``limit`` bytes among them as :class:`_Long`."""
     longs = [i for i, p in enumerate(parts) if len(p) > limit]
     done = 0
@@ -111,7 +111,7 @@ def _split_long(first: int, parts: List[bytes], big: bool, limit: int) -> Iterat
 
 
 def _raw_chunks(r: "UnitReader", fh: IO[bytes], raw: Any) -> Iterator[Chunk]:
-    """Yield ``(number of the first line, lines, may hold big ints)`` for lines starting in the unit.
+    """Yield ``(first line number, lines, those that may hold big ints)`` for lines starting in the unit.
 
     A line over the record bound (``r.max_record``) is yielded as a :class:`_Long` instead, and
     the rest of it is skipped by streaming. The start of an unfinished line is kept as a list of
@@ -167,7 +167,7 @@ def _raw_chunks(r: "UnitReader", fh: IO[bytes], raw: Any) -> Iterator[Chunk]:
         pending.append(chunk)
         buf = pending[0] if len(pending) == 1 else b"".join(pending)
         pending, held = [], 0
-        big = may_hold_big_int(buf)
+        big = big_int_lines(buf, lineno)
         parts = buf.split(b"\n")
         tail = parts.pop()
         if len(buf) > limit:
@@ -187,7 +187,7 @@ def _raw_chunks(r: "UnitReader", fh: IO[bytes], raw: Any) -> Iterator[Chunk]:
         yield long
     elif pending:
         tail = b"".join(pending)
-        yield lineno, [tail.rstrip(b"\n")], may_hold_big_int(tail)
+        yield lineno, [tail.rstrip(b"\n")], big_int_lines(tail, lineno)
     r.bytes_done = r.unit.nbytes
 
 
@@ -287,11 +287,11 @@ def _lines(r: "UnitReader", jsonl: bool) -> Batches:
                     lines = list(range(base, base + len(recs)))
                 continue
             first, chunk, big = item  # type: ignore[misc]
-            big = big and jsonl
+            big = big if jsonl else frozenset()
             for lineno, raw in enumerate(chunk, first):
                 try:
                     rec = loads(raw)
-                    if big and may_hold_big_int(raw):
+                    if big and lineno in big:
                         rec = loads_exact(raw)
                     if objects_only and rec.__class__ is not dict:
                         raise NotAnObject(f"expected a JSON object per line, got {json_type(rec)}")

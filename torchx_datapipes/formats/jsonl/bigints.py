@@ -8,7 +8,7 @@ record orjson refuses for that reason is written by the stdlib encoder.
 """
 
 import json
-from typing import Any, Optional
+from typing import Any, FrozenSet, Optional, Set
 
 import orjson
 
@@ -23,6 +23,40 @@ _RUN = b"0" * 19
 def may_hold_big_int(buf: bytes) -> bool:
     """Whether ``buf`` has a run of 19 or more digits (then a line of it may hold a big integer)."""
     return buf.translate(_DIGITS_TO_ZERO).find(_RUN) >= 0
+
+
+_ZERO = ord("0")
+_NOT_BEFORE = frozenset(b".")  # a run after a point is a fraction's digits
+_NOT_AFTER = frozenset(b".eE")  # a run before a point or an exponent is a float's mantissa
+
+
+def big_int_lines(buf: bytes, first: int) -> FrozenSet[int]:
+    """The numbers of the lines of ``buf`` (its first line is ``first``) that may hold an integer
+    literal of 19+ digits: a run of digits that is neither a fraction's (after ``.``) nor a float
+    mantissa's (before ``.``, ``e``, ``E``). Floats written with 17 significant digits, such as
+    ``0.00012345678901234567``, hold such runs on most lines of real data; only integers need the
+    exact parser. A run inside a string is kept too (parsing that line exactly changes nothing).
+    One translation of the buffer, then one step per run; the lines are counted between runs.
+    """
+    t = buf.translate(_DIGITS_TO_ZERO)
+    pos = t.find(_RUN)
+    if pos < 0:
+        return frozenset()
+    out: Set[int] = set()
+    line, counted, n = first, 0, len(t)
+    while pos >= 0:
+        start = pos
+        while start > 0 and t[start - 1] == _ZERO:
+            start -= 1
+        end = pos + len(_RUN)
+        while end < n and t[end] == _ZERO:
+            end += 1
+        if not (start > 0 and t[start - 1] in _NOT_BEFORE) and not (end < n and t[end] in _NOT_AFTER):
+            line += t.count(b"\n", counted, start)
+            counted = start
+            out.add(line)
+        pos = t.find(_RUN, end)
+    return frozenset(out)
 
 
 _DUMP_OPTS = orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_NON_STR_KEYS

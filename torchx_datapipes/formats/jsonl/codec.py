@@ -359,6 +359,9 @@ def encode_checked(recs: List[Any]) -> Tuple[List[bytes], Failures]:
     except TypeError:
         pass  # then record by record, with the exact encoder for integers beyond 64 bits
     else:
+        joined = b"".join(lines)  # one search of the batch; only a batch that holds either looks per line
+        if b"null" not in joined and TAG_BYTES not in joined:
+            return lines, []
         suspect = [
             i
             for i, line in enumerate(lines)
