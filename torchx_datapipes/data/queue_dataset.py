@@ -8,10 +8,12 @@
 Every DataLoader worker of every DDP rank is one consumer of the group: they share the stream
 and each record goes to one of them (so ranks see different records and may see different
 numbers of them: use ``torch.distributed.algorithms.Join`` or drop the last uneven steps).
-A record is acknowledged only after it was yielded (the next ``next()`` acks the message it
-came in); records a dead consumer held are taken by the others after ``claim_after_s``;
-iteration ends by itself once the group has consumed as many records as the producer's end
-marker says. Tensors come back as torch tensors with their dtype and shape.
+A record is acknowledged only after the training loop received it: with ``num_workers=0`` when
+the loop asks for the next record; from DataLoader workers once the main process has returned
+every record of its message to the loop (``queue/receipts.py``). Records a dead consumer held
+are taken by the others after ``claim_after_s``; iteration ends by itself once the group has
+consumed as many records as the producer's end marker says. Tensors come back as torch
+tensors with their dtype and shape.
 
 Guarantee (docs/queue.md): with no failures, every record exactly once. Across a consumer
 crash, at least once: the only duplicates are records the dead consumer had yielded from a
@@ -50,7 +52,9 @@ class QueueDataset(IterableDataset):
         info = get_worker_info()
         rank = os.environ.get("RANK", "0")
         name = consumer_name(f"r{rank}w{info.id if info is not None else 0}")
-        consumer = GroupConsumer(open_queue(resolve(self.url)), self.group, name)
+        # a DataLoader worker: the main process marks a message done once its loop has the records
+        receipts = self.url if info is not None else None
+        consumer = GroupConsumer(open_queue(resolve(self.url)), self.group, name, receipts=receipts)
         try:
             yield from consumer
         finally:

@@ -3,9 +3,16 @@
 Per message: an end marker is recorded in the group log and acked. A first delivery is
 claimed in the log (a second copy of its id is dropped as a duplicate); a redelivery (the
 broker's flag, or an XAUTOCLAIM of a message a dead consumer held) is delivered again unless
-its id is already done, and counted as redelivered. Records are yielded one by one; the
-message is marked done in the log and acked only when the consumer asks for the record after
-its last one. Iteration ends once the group's done records reach the end marker's total.
+its id is already done, and counted as redelivered. Records are yielded one by one. Who marks
+a message done:
+
+- the consumer itself, when it is asked for the record after the message's last one (it runs
+  in the training loop's process: ``num_workers=0``, or a consumer used directly);
+- with ``receipts`` (a DataLoader worker): the *main* process, once its loop received every
+  record of the message (``queue/receipts.py``); the worker acks the message when it reads that
+  ``done`` in the group log, and waits for its messages' ``done`` before it ends.
+
+Iteration ends once the group's done records reach the end marker's total.
 """
 
 import os
@@ -19,6 +26,11 @@ from typing import Any, Dict, Iterator, Optional, Tuple
 from torchx_datapipes.queue.base import Broker, Delivery
 from torchx_datapipes.queue.codec import Header, decode_header, decode_records
 from torchx_datapipes.queue.ledger import Ledger
+from torchx_datapipes.queue.receipts import Receipted, pickled_tokens
+
+# a worker that yielded this many records and saw none of its receipts pickled is behind a
+# collate_fn that rebuilds the records: it goes back to acking when it moves past a message
+NO_RECEIPTS_AFTER = 64
 
 
 @dataclass
@@ -39,8 +51,14 @@ def consumer_name(extra: str = "") -> str:
 
 class GroupConsumer:
     def __init__(
-        self, broker: Broker, group: str, name: Optional[str] = None, idle_log_s: float = 30.0
+        self,
+        broker: Broker,
+        group: str,
+        name: Optional[str] = None,
+        idle_log_s: float = 30.0,
+        receipts: Optional[str] = None,
     ) -> None:
+        """``receipts``: the URL the main process opens to mark messages done (a DataLoader worker)."""
         self.broker, self.group = broker, group
         self.name = name or consumer_name()
         self.ledger = Ledger(broker, group)
@@ -48,21 +66,41 @@ class GroupConsumer:
         self.idle_log_s = idle_log_s
         self.held: Dict[Any, Delivery] = {}  # unacked deliveries (the heartbeat keeps them ours)
         self.lock = threading.Lock()
+        self.receipts = receipts
+        self.awaiting: Dict[str, Tuple[Delivery, Header]] = {}  # yielded, waiting for the main's done
+        self._yielded = 0
+        self._parent = os.getppid()
 
     def __iter__(self) -> Iterator[Dict[str, Any]]:
         beat = Heartbeat(self.broker, self.group, self.name, self.held, self.lock)
         beat.start()
+        ended = False
         try:
             yield from self._records()
+            ended = True
         finally:
-            beat.stop()
-            try:  # best effort: a consumer that is being killed may not get this far
-                counts = self.stats.to_dict()
-                counts.pop("first_record_at")
-                self.ledger.report(self.name, counts)
-            except Exception:
-                pass
-            self.broker.close()
+            if ended and self.awaiting:
+                # the last records may still be in this worker's unfinished batch: end now (the batch goes
+                # out) and wait for their receipts in a thread the worker process joins before it exits
+                threading.Thread(target=self._finish, args=(beat,), name="tdp-queue-drain").start()
+            else:
+                self._close(beat)
+
+    def _finish(self, beat: "Heartbeat") -> None:
+        try:
+            self._drain()
+        finally:
+            self._close(beat)
+
+    def _close(self, beat: "Heartbeat") -> None:
+        beat.stop()
+        try:  # best effort: a consumer that is being killed may not get this far
+            counts = self.stats.to_dict()
+            counts.pop("first_record_at")
+            self.ledger.report(self.name, counts)
+        except Exception:
+            pass
+        self.broker.close()
 
     def _records(self) -> Iterator[Dict[str, Any]]:
         spec = self.broker.spec
@@ -70,6 +108,7 @@ class GroupConsumer:
         last_log = time.monotonic()
         idle_since: Optional[int] = None  # log position when this consumer last ran out of messages
         while True:
+            self._settle()
             got = self.broker.fetch(self.group, self.name, n, block)
             if not got:
                 got = self.broker.claim_stale(self.group, self.name, n)
@@ -78,7 +117,7 @@ class GroupConsumer:
                     self.ledger.sync()
                     idle_since = self.ledger.applied
                 self.ledger.refresh()
-                if self.ledger.finished() or self.ledger.covered(self.name, idle_since):
+                if self.ledger.finished() or self.ledger.covered(self.name, idle_since, self._mine()):
                     return
                 if time.monotonic() - last_log > self.idle_log_s:
                     last_log = time.monotonic()
@@ -116,14 +155,68 @@ class GroupConsumer:
         records = decode_records(d.body, offset)
         if self.stats.first_record_at is None:
             self.stats.first_record_at = time.time()
+        receipt = self.receipts
+        if receipt is not None:
+            tok = [(receipt, self.group, self.name, header.job, header.id, header.records, 1)]
         for r in records:
             self.stats.delivered += 1
             if d.redelivered:
                 self.stats.redelivered += 1
-            yield r
-        self.ledger.mark_done(header.id, header.job, header.records)
-        self._ack(d)
+            if receipt is not None:
+                self._yielded += 1
+                yield Receipted(r, tok)
+            else:
+                yield r
         self.stats.messages += 1
+        if receipt is not None and self.receipts is not None:
+            self.awaiting[header.id] = (d, header)
+        else:
+            self.ledger.mark_done(header.id, header.job, header.records)
+            self._ack(d)
+
+    def _mine(self) -> Dict[str, int]:
+        """Records per job this consumer yielded and still waits receipts for."""
+        out: Dict[str, int] = {}
+        for _d, header in self.awaiting.values():
+            out[header.job] = out.get(header.job, 0) + header.records
+        return out
+
+    def _settle(self) -> None:
+        """Ack the messages the main process marked done (receipts), or, when no receipt ever left this
+        process after :data:`NO_RECEIPTS_AFTER` records (a collate_fn rebuilt them), ack as before."""
+        if not self.awaiting:
+            return
+        if self.receipts is not None and self._yielded >= NO_RECEIPTS_AFTER and pickled_tokens() == 0:
+            print(
+                f"torchx_datapipes: QueueDataset {self.broker.where}: no record reached the main process"
+                " as it was yielded (a collate_fn that rebuilds records drops their receipts), so records"
+                " are acknowledged when this worker moves past them, as with num_workers=0; a trainer"
+                " killed may then lose the records still queued in its DataLoader. Fix: the default"
+                " collate_fn, or one that returns the records' own dict objects",
+                file=sys.stderr,
+                flush=True,
+            )
+            self.receipts = None
+            for d, header in list(self.awaiting.values()):
+                self.ledger.mark_done(header.id, header.job, header.records)
+                self._ack(d)
+            self.awaiting.clear()
+            return
+        self.ledger.refresh()
+        for mid in [m for m in self.awaiting if m in self.ledger.done]:
+            d, _header = self.awaiting.pop(mid)
+            self._ack(d)
+
+    def _drain(self) -> None:
+        """After the last record: wait until the main process received what this consumer yielded (polling
+        the group log; a trainer that died ends the wait, and its messages go to the group again)."""
+        block = max(0.05, float(self.broker.spec.opt("block_s")))
+        while self.awaiting:
+            if os.getppid() != self._parent:
+                return
+            self._settle()
+            if self.awaiting:
+                self.ledger.refresh(block)
 
     def _ack(self, d: Delivery) -> None:
         self.broker.ack(self.group, d)

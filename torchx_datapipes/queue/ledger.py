@@ -23,7 +23,7 @@ waited for a sibling's ack would wait for itself.
 
 import time
 import uuid
-from typing import Dict, List, Set, Tuple
+from typing import Dict, List, Optional, Set, Tuple
 
 import orjson
 
@@ -130,13 +130,15 @@ class Ledger:
     def finished(self) -> bool:
         return any(self.done_by_job.get(job, 0) >= total for job, total in self.ends.items())
 
-    def covered(self, me: str, since: int) -> bool:
+    def covered(self, me: str, since: int, mine: Optional[Dict[str, int]] = None) -> bool:
         """Every job with an end marker is done, or the rest is held by consumers (not ``me``) that showed
         life (a heartbeat or a claim) after log position ``since``: a consumer that died holding messages
-        beats no more, so the others wait for the broker to hand its messages over."""
+        beats no more, so the others wait for the broker to hand its messages over. ``mine``: records
+        (per job) ``me`` yielded and waits receipts for (they may sit in its DataLoader's unfinished
+        batch, which only ending this consumer sends)."""
         if not self.ends:
             return False
-        held: Dict[str, int] = {}
+        held: Dict[str, int] = dict(mine or {})
         for consumer, job, n in self.holders.values():
             if consumer != me and self.alive_at.get(consumer, -1) > since:
                 held[job] = held.get(job, 0) + n
