@@ -224,9 +224,9 @@ class NatsBroker(Broker):
                     await self._js.delete_stream(name)
                 except jx.NotFoundError:
                     pass
-            await self._ensure_stream(
-                self.spec.name, [self.subject], api.RetentionPolicy.WORK_QUEUE, DUPLICATE_WINDOW_S
-            )
 
-        self._subs, self._tails, self._log_next = {}, {}, {}
         self._run(delete())
+        # nothing re-created: the next call reconnects, and _connect adds the stream again
+        self._disconnect()  # (cancels the log tails' tasks too)
+        self._log_next = {}
+        self._pid = None

@@ -14,7 +14,7 @@ broker-side dedup without a plugin: copies of a message id are dropped by the co
 
 import time
 import urllib.parse
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Set, Tuple, TypeVar
 
 import pika
 from pika import exceptions as px
@@ -22,6 +22,9 @@ from pika import exceptions as px
 from torchx_datapipes.queue.base import Broker, Delivery
 from torchx_datapipes.queue.url import QueueURL
 from torchx_datapipes.secrets import resolve
+
+T = TypeVar("T")
+LOG_TRIES = 20  # a just-declared stream is briefly refused (406/506): retried on a fresh channel
 
 
 class RabbitBroker(Broker):
@@ -42,6 +45,7 @@ class RabbitBroker(Broker):
         self._logs: Dict[str, Any] = {}  # group -> channel
         self._log_inbox: Dict[str, List[Tuple[int, bytes]]] = {}
         self._log_next: Dict[str, int] = {}  # group -> next stream offset to read
+        self._declared: Set[str] = set()  # group logs declared on this connection
 
     def _params(self) -> pika.URLParameters:
         parts = urllib.parse.urlsplit(resolve(self.spec.url))
@@ -64,6 +68,7 @@ class RabbitBroker(Broker):
         self._ch.queue_declare(self.spec.name, durable=True, arguments={"x-queue-type": "quorum"})
         self._logs = {}
         self._log_inbox = {}
+        self._declared = set()
 
     def _disconnect(self) -> None:
         conn, self._conn = self._conn, None
@@ -115,12 +120,33 @@ class RabbitBroker(Broker):
     def _log_queue(self, group: str) -> str:
         return f"{self.spec.name}.log.{group}"
 
-    def _declare_log(self, group: str) -> None:
-        self._ch.queue_declare(self._log_queue(group), durable=True, arguments={"x-queue-type": "stream"})
+    def _on_fresh_channel(self, group: str, fn: Callable[[Any], T]) -> T:
+        """``fn(channel)`` on a new channel, retried (bounded) when the broker closes that channel: a
+        refused declare or consume of the group log closes only its own channel, never the connection
+        that holds this consumer's unacked messages (closing it would requeue them)."""
+        assert self._conn is not None
+        delay = 0.02
+        for attempt in range(LOG_TRIES):
+            ch = self._conn.channel()
+            try:
+                return fn(ch)
+            except px.ChannelClosedByBroker as e:
+                if attempt == LOG_TRIES - 1:
+                    raise px.AMQPChannelError(
+                        f"the group log {self._log_queue(group)!r} was refused {LOG_TRIES} times: {e}"
+                    ) from e
+                time.sleep(delay)
+                delay = min(delay * 2, 0.5)
+        raise AssertionError("unreachable")
+
+    def _declare_log(self, group: str, ch: Any) -> Any:
+        ch.queue_declare(self._log_queue(group), durable=True, arguments={"x-queue-type": "stream"})
+        return ch
 
     def _log_append(self, group: str, data: bytes) -> None:
-        if group not in self._logs:
-            self._declare_log(group)
+        if group not in self._logs and group not in self._declared:
+            self._on_fresh_channel(group, lambda ch: self._declare_log(group, ch).close())
+            self._declared.add(group)
         self._ch.basic_publish(
             "", self._log_queue(group), data, properties=pika.BasicProperties(delivery_mode=2)
         )
@@ -128,20 +154,20 @@ class RabbitBroker(Broker):
     def _tail(self, group: str) -> None:
         if group in self._logs:
             return
-        assert self._conn is not None
-        self._declare_log(group)
-        ch = self._conn.channel()
-        ch.basic_qos(prefetch_count=2000)
         inbox = self._log_inbox.setdefault(group, [])
 
         def on_entry(c: Any, method: Any, props: Any, body: bytes) -> None:
             inbox.append((int((props.headers or {}).get("x-stream-offset", -1)), body))
             c.basic_ack(method.delivery_tag)
 
-        ch.basic_consume(
-            self._log_queue(group), on_entry, arguments={"x-stream-offset": self._log_next.get(group, 0)}
-        )
-        self._logs[group] = ch
+        def consume(ch: Any) -> Any:
+            self._declare_log(group, ch)
+            ch.basic_qos(prefetch_count=2000)
+            start = self._log_next.get(group, 0)
+            ch.basic_consume(self._log_queue(group), on_entry, arguments={"x-stream-offset": start})
+            return ch
+
+        self._logs[group] = self._on_fresh_channel(group, consume)
 
     def _log_read(self, group: str, block_s: float) -> List[bytes]:
         self._tail(group)
@@ -162,4 +188,6 @@ class RabbitBroker(Broker):
         for g in groups:
             self._ch.queue_delete(self._log_queue(g))
         self._log_next = {}
-        self._ch.queue_declare(self.spec.name, durable=True, arguments={"x-queue-type": "quorum"})
+        # nothing re-declared: the next call reconnects, and _connect declares the queue again
+        self._disconnect()
+        self._pid = None
