@@ -4,16 +4,24 @@ It runs in one process (as worker 0 of 1); its state is the dataset's state, so
 ``torchdata.nodes.Loader(...).state_dict()`` checkpoints it and ``merge_states`` merges it.
 """
 
-from typing import TYPE_CHECKING, Any, Dict, Iterator, Optional
+from typing import Any, Dict, Iterator, Optional, Protocol
 
 from torchdata.nodes import BaseNode
 
-if TYPE_CHECKING:
-    from torchx_datapipes.data.dataset import OutputDataset
+
+class _Source(Protocol):
+    """What the node needs of an :class:`OutputDataset` (a protocol, so ``node`` never imports ``dataset``,
+    not even for type checking: no import cycle)."""
+
+    def _iterate(self, worker: int, workers: int) -> Iterator[Dict[str, Any]]: ...
+
+    def state_dict(self) -> Dict[str, Any]: ...
+
+    def load_state_dict(self, state: Dict[str, Any]) -> None: ...
 
 
 class OutputNode(BaseNode[Dict[str, Any]]):
-    def __init__(self, dataset: "OutputDataset") -> None:
+    def __init__(self, dataset: _Source) -> None:
         super().__init__()
         self.dataset = dataset
         self._it: Optional[Iterator[Dict[str, Any]]] = None

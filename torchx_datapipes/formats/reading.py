@@ -10,8 +10,6 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterator, List, Optional, Sequence, Tuple
 
 from torchx_datapipes.formats.base import DEFAULT_MAX_RECORD, compression_of, extra_hint, record_bytes
-from torchx_datapipes.formats.lines import NotAnObject
-from torchx_datapipes.formats.parquet.input import open_parquet
 from torchx_datapipes.formats.registry import detect_format, input_class
 from torchx_datapipes.formats.unit import Unit
 from torchx_datapipes.io.streams import TruncatedError
@@ -21,12 +19,10 @@ _WARN_RENAMED_KEYS = 20  # renamed keys warned about per unit (all are counted)
 __all__ = [
     "JSONL_OBJECTS_ONLY",
     "BadRecord",
-    "NotAnObject",
     "UnitReader",
     "compression_of",
     "detect_format",
     "extra_hint",
-    "open_parquet",
     "record_bytes",
 ]
 
