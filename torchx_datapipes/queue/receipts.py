@@ -35,11 +35,10 @@ import weakref
 from types import FrameType
 from typing import Any, Dict, List, Optional, Sequence, Set, Tuple
 
-from torch.utils.data._utils import collate as _collate
-
 Token = Tuple[str, str, str, str, str, int, int]  # url, group, consumer, job, message id, records, here
 
-_STATE = {"pickled": 0}  # tokens this process sent through a pickle (a worker's evidence receipts flow)
+# tokens this process sent through a pickle (a worker's evidence receipts flow); collate registered
+_STATE = {"pickled": 0, "collate": 0}
 
 
 def pickled_tokens() -> int:
@@ -54,6 +53,8 @@ class Receipted(dict):
     def __init__(self, data: Any = (), tokens: Sequence[Token] = ()) -> None:
         super().__init__(data)
         self.tokens: List[Token] = list(tokens)
+        if not _STATE["collate"]:
+            _register_collate()
 
     def __copy__(self) -> "Receipted":  # default_convert / default_collate copy a mutable mapping
         return Receipted(self, self.tokens)
@@ -65,12 +66,21 @@ class Receipted(dict):
 
 def _collate_receipted(batch: List[Receipted], *, collate_fn_map: Any = None) -> Receipted:
     """default_collate of records with receipts: the batch collated as plain dicts, every token kept."""
-    out = _collate.collate([dict(r) for r in batch], collate_fn_map=collate_fn_map)
+    from torch.utils.data._utils import collate
+
+    out = collate.collate([dict(r) for r in batch], collate_fn_map=collate_fn_map)
     tokens: List[Token] = [t for r in batch for t in r.tokens]
     return Receipted(out, tokens)
 
 
-_collate.default_collate_fn_map.setdefault(Receipted, _collate_receipted)
+def _register_collate() -> None:
+    """default_collate looks a type up in its map before it copies a mapping (which would keep only the
+    first record's tokens). Done when a worker makes its first receipt, so that importing the queue
+    package (the torchx client does) never imports torch."""
+    from torch.utils.data._utils import collate
+
+    collate.default_collate_fn_map.setdefault(Receipted, _collate_receipted)
+    _STATE["collate"] = 1
 
 
 def _received(tokens: List[Token], data: Dict[str, Any]) -> Dict[str, Any]:
