@@ -1,10 +1,13 @@
 """The consumer side of a group: fetch, dedupe, yield, then ack (``QueueDataset`` runs one per worker).
 
 Per message: an end marker is recorded in the group log and acked. A first delivery is
-claimed in the log (a second copy of its id is dropped as a duplicate); a redelivery (the
-broker's flag, or an XAUTOCLAIM of a message a dead consumer held) is delivered again unless
-its id is already done, and counted as redelivered. Records are yielded one by one. Who marks
-a message done:
+claimed in the log (a second copy of its id is dropped as a duplicate). A redelivery (the
+broker's flag, or an XAUTOCLAIM) is dropped if its id is done; if its claim belongs to a live
+consumer (a connection reset made the broker requeue what that consumer still yields, or this
+consumer's own), it is *parked*: held unacked, kept ours by the heartbeat, acked and dropped
+once the owner marks it done, taken over and delivered only if the owner stops beating
+(:meth:`Ledger.silent`); with no owner, it is taken over at once. A taken-over message is
+counted as redelivered. Records are yielded one by one. Who marks a message done:
 
 - the consumer itself, when it is asked for the record after the message's last one (it runs
   in the training loop's process: ``num_workers=0``, or a consumer used directly);
@@ -21,11 +24,11 @@ import sys
 import threading
 import time
 from dataclasses import asdict, dataclass
-from typing import Any, Dict, Iterator, Optional, Tuple
+from typing import Any, Dict, Iterator, List, Optional, Tuple
 
 from torchx_datapipes.queue.base import Broker, Delivery
 from torchx_datapipes.queue.codec import Header, decode_header, decode_records
-from torchx_datapipes.queue.ledger import Ledger
+from torchx_datapipes.queue.ledger import DEAD_AFTER_BEATS, Ledger
 from torchx_datapipes.queue.receipts import Receipted, pickled_tokens
 
 # a worker that yielded this many records and saw none of its receipts pickled is behind a
@@ -61,13 +64,14 @@ class GroupConsumer:
         """``receipts``: the URL the main process opens to mark messages done (a DataLoader worker)."""
         self.broker, self.group = broker, group
         self.name = name or consumer_name()
-        self.ledger = Ledger(broker, group)
+        self.ledger = Ledger(broker, group, me=self.name)
         self.stats = ConsumerStats()
         self.idle_log_s = idle_log_s
         self.held: Dict[Any, Delivery] = {}  # unacked deliveries (the heartbeat keeps them ours)
         self.lock = threading.Lock()
         self.receipts = receipts
         self.awaiting: Dict[str, Tuple[Delivery, Header]] = {}  # yielded, waiting for the main's done
+        self.parked: Dict[int, Tuple[Delivery, Header, int]] = {}  # redelivered, owner alive: not delivered
         self._yielded = 0
         self._parent = os.getppid()
 
@@ -79,9 +83,10 @@ class GroupConsumer:
             yield from self._records()
             ended = True
         finally:
-            if ended and self.awaiting:
+            if ended and (self.awaiting or self.parked):
                 # the last records may still be in this worker's unfinished batch: end now (the batch goes
-                # out) and wait for their receipts in a thread the worker process joins before it exits
+                # out) and wait for their receipts (and parked copies' done) in a thread the worker process
+                # joins before it exits
                 threading.Thread(target=self._finish, args=(beat,), name="tdp-queue-drain").start()
             else:
                 self._close(beat)
@@ -109,6 +114,8 @@ class GroupConsumer:
         idle_since: Optional[int] = None  # log position when this consumer last ran out of messages
         while True:
             self._settle()
+            for item in self._unpark():
+                yield from self._deliver(*item)
             got = self.broker.fetch(self.group, self.name, n, block)
             if not got:
                 got = self.broker.claim_stale(self.group, self.name, n)
@@ -141,15 +148,59 @@ class GroupConsumer:
             self.ledger.mark_end(header.job, header.records)
             self._ack(d)
             return None
-        if d.redelivered:
-            if self.ledger.is_done(mid):
-                self._drop(d, header.records)
-                return None
-            self.ledger.mark_claimed(mid, self.name, header.job, header.records)
-        elif not self.ledger.claim(mid, self.name, header.job, header.records):
+        if not d.redelivered:
+            if self.ledger.claim(mid, self.name, header.job, header.records):
+                return d, header, offset
+            self._drop(d, header.records)  # a copy of an id already claimed
+            return None
+        self.ledger.sync()
+        verdict = self._verdict(mid, header)
+        if verdict == "drop":
             self._drop(d, header.records)
             return None
+        if verdict == "park":
+            self.parked[id(d)] = (d, header, offset)
+            return None
         return d, header, offset
+
+    def _verdict(self, mid: str, header: Header, take: bool = True) -> str:
+        """For a redelivered message: "drop" (done), "park" (its owner is alive) or "deliver" (this consumer
+        took it over: no owner, or one silent for DEAD_AFTER_BEATS of this consumer's heartbeats); with
+        ``take`` False (after the last record), "release" instead of taking it over."""
+        while True:
+            if mid in self.ledger.done:
+                return "drop"
+            holder = self.ledger.holders.get(mid)
+            if holder is not None and self.ledger.silent(holder[0]) < DEAD_AFTER_BEATS:
+                return "park"
+            if not take:
+                return "release"
+            prev = self.ledger.claims.get(mid, "")
+            if self.ledger.claim(mid, self.name, header.job, header.records, prev=prev):
+                return "deliver"
+            # another consumer took it over first (or it is done): decide again on what the log says now
+
+    def _unpark(self, take: bool = True) -> List[Tuple[Delivery, Header, int]]:
+        """Parked messages whose owner marked them done are acked and dropped; those whose owner went
+        silent are taken over and returned for delivery (``take`` False: released to the group, unacked:
+        this connection's close, the broker's ack timeout or XAUTOCLAIM hands them to another consumer)."""
+        if not self.parked:
+            return []
+        self.ledger.refresh()
+        out: List[Tuple[Delivery, Header, int]] = []
+        for key, (d, header, offset) in list(self.parked.items()):
+            verdict = self._verdict(header.id, header, take)
+            if verdict == "park":
+                continue
+            del self.parked[key]
+            if verdict == "drop":
+                self._drop(d, header.records)
+            elif verdict == "release":
+                with self.lock:
+                    self.held.pop(id(d), None)  # (the heartbeat no longer keeps it ours)
+            else:
+                out.append((d, header, offset))
+        return out
 
     def _deliver(self, d: Delivery, header: Header, offset: int) -> Iterator[Dict[str, Any]]:
         records = decode_records(d.body, offset)
@@ -211,11 +262,14 @@ class GroupConsumer:
         """After the last record: wait until the main process received what this consumer yielded (polling
         the group log; a trainer that died ends the wait, and its messages go to the group again)."""
         block = max(0.05, float(self.broker.spec.opt("block_s")))
-        while self.awaiting:
+        while self.awaiting or self.parked:
             if os.getppid() != self._parent:
                 return
             self._settle()
-            if self.awaiting:
+            # a parked copy is acked once its owner marks it done; one whose owner died is released
+            # (closing this connection, or the broker's own redelivery, hands it to the group again)
+            self._unpark(take=False)
+            if self.awaiting or self.parked:
                 self.ledger.refresh(block)
 
     def _ack(self, d: Delivery) -> None:

@@ -4,16 +4,23 @@ Every consumer of a group appends entries to one append-only log that every memb
 the same order (a Redis stream, a RabbitMQ stream queue, a NATS JetStream stream), and replays
 it into the same state:
 
-- ``claim(id)``: the first consumer whose claim of a message id is in the log delivers it;
-  another copy of the id (a message published twice: a producer restarted mid-unit, or a
-  publish retried after a broker restart) is dropped and counted as a duplicate. The claim is
-  decided by log order, so two consumers that get two copies at the same instant still agree;
+- ``claim(id, prev)``: a claim names the claim it replaces (``prev``: none for a first claim);
+  the first claim in log order that names the current owner wins, so two consumers that get two
+  copies at the same instant still agree. Another copy of a first-delivered id (a message
+  published twice: a producer restarted mid-unit, or a publish retried after a broker restart)
+  is dropped and counted as a duplicate; a *redelivered* message whose owner is alive (its
+  connection dropped, so the broker requeued what it holds while it still yields it) waits
+  until the owner marks it done, and is taken over (``prev`` = the owner's claim) only once the
+  owner stopped beating (:meth:`Ledger.silent`);
 - ``done(id, n)``: the message's ``n`` records were yielded; written *before* the broker ack,
   so a crash in between makes a redelivery that is dropped, never a record counted twice;
 - ``end(job, total)``: the producer's end marker, in the stream's producer log
   (:data:`PRODUCER_LOG`) that every consumer of every group reads, so no consumer can hold it;
 - ``heartbeat(consumer)``: written every ``claim_after_s / 4`` by a thread of each consumer, so
-  the others know which claimed-but-not-done messages are held by a live consumer.
+  the others know which claimed-but-not-done messages are held by a live consumer. Liveness is
+  counted in log order, never with clocks: a holder is presumed dead once the reader's *own*
+  heartbeats appear :data:`DEAD_AFTER_BEATS` times after the holder's last entry (a broker
+  outage stalls both alike).
 
 The group is finished once the records done for a job reach its end marker's total. A
 consumer with nothing left to fetch may also stop once the rest is in flight at *live*
@@ -30,11 +37,13 @@ import orjson
 from torchx_datapipes.queue.base import Broker
 
 PRODUCER_LOG = "_producer"  # the stream's own log: the producers' end markers, read by every group
+DEAD_AFTER_BEATS = 3  # a holder silent for this many of the reader's own heartbeats is presumed dead
 
 
 class Ledger:
-    def __init__(self, broker: Broker, group: str, wait_s: float = 60.0) -> None:
-        self.broker, self.group, self.wait_s = broker, group, wait_s
+    def __init__(self, broker: Broker, group: str, wait_s: float = 60.0, me: Optional[str] = None) -> None:
+        """``me``: the consumer reading (its heartbeats are the clock of :meth:`silent`)."""
+        self.broker, self.group, self.wait_s, self.me = broker, group, wait_s, me
         self.claims: Dict[str, str] = {}  # id -> the winning claim's nonce
         self.done: Dict[str, int] = {}  # id -> records
         self.done_by_job: Dict[str, int] = {}
@@ -43,20 +52,23 @@ class Ledger:
         self.holders: Dict[str, Tuple[str, str, int]] = {}  # claimed id -> (consumer, job, records)
         self.alive_at: Dict[str, int] = {}  # consumer -> log position of its last heartbeat or claim
         self.applied = 0  # entries read so far (a position in log order, no clocks)
+        self.my_beats = 0  # heartbeats of ``me`` read so far
+        self.seen_beat: Dict[str, int] = {}  # consumer -> my_beats when its last entry was read
         self._nonces: Set[str] = set()
 
     def _apply(self, raw: bytes) -> None:
         e = orjson.loads(raw)
         self.applied += 1
-        k, mid = e["k"], e.get("id", "")
+        k, mid, who = e["k"], e.get("id", ""), e.get("c")
+        if who is not None:
+            self.seen_beat[who] = self.my_beats
         if k == "c":
-            self.claims.setdefault(mid, e["o"])
             self._nonces.add(e["o"])
-            if mid not in self.done and "c" in e:
-                self.holders[mid] = (e["c"], e["j"], int(e["n"]))
-                self.alive_at[e["c"]] = self.applied
+            self.alive_at[who] = self.applied
+            if mid not in self.done and e.get("p", "") == self.claims.get(mid, ""):
+                self.claims[mid] = e["o"]  # the first claim naming the current owner (none: a first claim)
+                self.holders[mid] = (who, e["j"], int(e["n"]))
         elif k == "d":
-            self.claims.setdefault(mid, "")
             self.holders.pop(mid, None)
             if mid not in self.done:
                 self.done[mid] = int(e["n"])
@@ -66,7 +78,9 @@ class Ledger:
         elif k == "s":
             self.reports[e["c"]] = e["s"]
         elif k == "h":
-            self.alive_at[e["c"]] = self.applied
+            self.alive_at[who] = self.applied
+            if who == self.me:
+                self.my_beats += 1
         elif k == "m":
             self._nonces.add(e["o"])
 
@@ -96,19 +110,23 @@ class Ledger:
     def _append(self, entry: Dict[str, object]) -> None:
         self.broker.log_append(self.group, orjson.dumps(entry))
 
-    def claim(self, mid: str, consumer: str, job: str, n: int) -> bool:
-        """True if this consumer delivers message ``mid`` (its claim is the first in the log)."""
-        self.refresh()
-        if mid in self.claims:
-            return False
+    def claim(self, mid: str, consumer: str, job: str, n: int, prev: str = "") -> bool:
+        """True if ``consumer`` now delivers message ``mid``: its claim is the first in log order that names
+        the current owner's claim (``prev``: "" for a first claim, else the claim it takes over)."""
+        if not prev:
+            self.refresh()
+            if mid in self.claims or mid in self.done:
+                return False
         nonce = uuid.uuid4().hex
-        self._append({"k": "c", "id": mid, "o": nonce, "c": consumer, "j": job, "n": n})
+        self._append({"k": "c", "id": mid, "o": nonce, "p": prev, "c": consumer, "j": job, "n": n})
         self._wait([nonce], f"the claim of {mid}")
-        return self.claims[mid] == nonce
+        return self.claims.get(mid) == nonce and mid not in self.done
 
-    def mark_claimed(self, mid: str, consumer: str, job: str, n: int) -> None:
-        """A redelivered message this consumer delivers (it holds it now; later copies are duplicates)."""
-        self._append({"k": "c", "id": mid, "o": uuid.uuid4().hex, "c": consumer, "j": job, "n": n})
+    def silent(self, consumer: str) -> int:
+        """How many heartbeats of ``me`` the log holds after ``consumer``'s last entry (0 for ``me``)."""
+        if consumer == self.me:
+            return 0
+        return self.my_beats - self.seen_beat.get(consumer, 0)
 
     def heartbeat(self, consumer: str) -> None:
         self._append({"k": "h", "c": consumer})

@@ -152,18 +152,21 @@ class NatsBroker(Broker):
             if self._nc is None or not self._nc.is_connected:
                 raise
             return []
-        return [Delivery(m.data, m, m.metadata.num_delivered > 1) for m in msgs]
+        # the tag is the reply subject, not the Msg: an ack sent on whatever connection is open now (after a
+        # reconnect the Msg's own client is closed) reaches JetStream, which acks by stream sequence
+        return [Delivery(m.data, m.reply, m.metadata.num_delivered > 1) for m in msgs]
 
     def _touch(self, group: str, consumer: str, deliveries: List[Delivery]) -> None:
         async def touch() -> None:  # "+WPI" (work in progress) restarts the message's ack_wait
             for d in deliveries:
-                await self._nc.publish(d.tag.reply, b"+WPI")
+                await self._nc.publish(d.tag, b"+WPI")
             await self._nc.flush(timeout=float(self.spec.opt("timeout")))
 
         self._run(touch())
 
     def _ack(self, group: str, delivery: Delivery) -> None:
-        self._run(delivery.tag.ack_sync(timeout=float(self.spec.opt("timeout"))))
+        # a request, so the ack is confirmed (JetStream answers an ack of a message already acked too)
+        self._run(self._nc.request(delivery.tag, b"+ACK", timeout=float(self.spec.opt("timeout"))))
 
     def _log_stream(self, group: str) -> str:
         return f"{self.spec.name}_log_{group}"
