@@ -130,9 +130,7 @@ class Broker(ABC):
                     )
                 self._drop()
                 if now >= deadline:
-                    raise self.unavailable(
-                        e, f"{label} kept failing for {self.spec.opt('reconnect_s'):g}s"
-                    ) from e
+                    raise self._gave_up(label, e) from e
                 time.sleep(delay)
                 delay = min(delay * 2, 1.0)
 
@@ -140,6 +138,23 @@ class Broker(ABC):
         self._disconnect()
         self._pid = None
         self.reconnects += 1
+
+    def _gave_up(self, label: str, e: BaseException) -> QueueUnavailableError:
+        """The error after ``reconnect_s`` of failures: "start the broker" only if a fresh connection fails
+        too; a broker that answers is named as such, with the error that kept failing."""
+        what = f"{label} kept failing for {self.spec.opt('reconnect_s'):g}s"
+        probe = type(self)(self.spec, log=lambda msg: None)
+        try:
+            probe.ping()
+        except QueueUnavailableError:
+            return self.unavailable(e, what)
+        finally:
+            probe.close()
+        return QueueUnavailableError(
+            f"queue broker {self.where} answers, but {what} on fresh connections:"
+            f" {type(e).__name__}: {mask_url(str(e))}. Fix: look in the broker's log for why it refuses"
+            " (permissions, limits, a queue or stream declared with other settings), or report it"
+        )
 
     def unavailable(self, e: BaseException, what: str = "cannot be reached") -> QueueUnavailableError:
         return QueueUnavailableError(

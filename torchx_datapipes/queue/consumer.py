@@ -151,9 +151,10 @@ class GroupConsumer:
         if not d.redelivered:
             if self.ledger.claim(mid, self.name, header.job, header.records):
                 return d, header, offset
-            self._drop(d, header.records)  # a copy of an id already claimed
-            return None
-        self.ledger.sync()
+            # a copy of a claimed id (a producer's retry; or the same message again after a broker restart,
+            # unflagged): dropped once done, parked while its owner lives, taken over if it died
+        else:
+            self.ledger.sync()
         verdict = self._verdict(mid, header)
         if verdict == "drop":
             self._drop(d, header.records)
