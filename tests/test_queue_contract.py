@@ -7,6 +7,7 @@ import math
 import multiprocessing as mp
 import os
 import signal
+import threading
 import time
 from typing import Any, Dict, Iterator, List
 
@@ -189,3 +190,44 @@ def test_url_checks() -> None:
         parse("nats://h:1?stream=a&batch=0")
     with pytest.raises(ValueError, match="unknown scheme"):
         parse("kafka://h:9092?stream=a")
+
+
+def test_backpressure_is_bounded_with_several_producers(url: str) -> None:
+    """Two producer ranks publish at once: the backlog never passes --max_backlog (check and publish are
+    one step on the broker), sampled all along by a third client."""
+    stop, samples = threading.Event(), []
+
+    def sample() -> None:
+        with open_queue(url) as b:
+            while not stop.is_set():
+                samples.append(b.backlog())
+
+    def produce(unit: int) -> Backpressure:
+        with open_queue(url) as b:
+            pressure = Backpressure(b, 3, log=lambda msg: None)
+            pub = UnitPublisher(b, "j", unit, pressure)
+            pub.batch = 5
+            assert pub.add(records(unit, 100)) == [] and pub.close() == 100
+            return pressure
+
+    sampler = Worker(sample)
+    sampler.start()
+    producers = [Worker(lambda u=u: produce(u)) for u in (0, 1)]
+    for p in producers:
+        p.start()
+    deadline = time.monotonic() + 60
+    while not (samples and max(samples) >= 3):  # both producers are held at the limit (polled)
+        assert time.monotonic() < deadline, "the backlog never reached --max_backlog"
+        time.sleep(0.01)
+    consumer = Worker(lambda: [r["id"] for r in consume(url)])
+    consumer.start()
+    pressures = [p.get(120) for p in producers]
+    with open_queue(url) as b:
+        finish(b, "j", 200)
+    ids = consumer.get(120)
+    stop.set()
+    sampler.get(30)
+    assert sorted(ids) == sorted([i for i in range(100)] + [100_000 + i for i in range(100)])
+    assert (
+        max(samples) <= 3 and all(p.peak <= 3 for p in pressures) and all(p.waited_s > 0 for p in pressures)
+    )

@@ -73,6 +73,11 @@ class Broker(ABC):
         """Messages in the queue not yet consumed (what --max_backlog bounds)."""
 
     @abstractmethod
+    def _publish_bounded(self, body: bytes, msg_id: str, max_backlog: int) -> Tuple[bool, int]:
+        """Publish only if the backlog is below ``max_backlog``, atomically with respect to other
+        producers (several ranks publish to one queue): (published, the backlog counted before)."""
+
+    @abstractmethod
     def _fetch(self, group: str, consumer: str, n: int, block_s: float) -> List[Delivery]: ...
 
     @abstractmethod
@@ -178,6 +183,9 @@ class Broker(ABC):
 
     def backlog(self) -> int:
         return self._call("backlog", self._backlog)
+
+    def publish_bounded(self, body: bytes, msg_id: str, max_backlog: int) -> Tuple[bool, int]:
+        return self._call("publish", self._publish_bounded, body, msg_id, max_backlog)
 
     def fetch(self, group: str, consumer: str, n: int, block_s: float) -> List[Delivery]:
         return self._call("fetch", self._fetch, group, consumer, n, block_s)

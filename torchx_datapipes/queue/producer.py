@@ -3,8 +3,11 @@
 A unit's records are cut into messages of ``batch`` records (fewer when ``message_bytes`` is
 reached or a partial message waited ``linger_s``), numbered ``seq = 0, 1, ...`` in output
 order, so a unit redone after a crash produces the same ids and the consumers (or the broker,
-for NATS) drop the copies of what was already published. Before each message the producer
-reads the backlog; while it is at ``max_backlog`` messages or more it waits, and says so.
+for NATS) drop the copies of what was already published. A message is published only while the
+backlog is below ``max_backlog`` messages, checked and published atomically with respect to the
+other producer ranks (``Broker.publish_bounded``: a Lua script on Redis, an expected-last-sequence
+publish on NATS, an exclusive-queue lock on RabbitMQ); while it is full the producer waits, and
+says so.
 """
 
 import sys
@@ -23,7 +26,8 @@ def _stderr(msg: str) -> None:
 
 
 class Backpressure:
-    """Waits while the broker's backlog is at ``max_backlog`` messages or more (logging every ``log_s``)."""
+    """Publishes while the broker's backlog is below ``max_backlog`` messages, else waits (logging every
+    ``log_s``); with ``max_backlog`` 0, publishes at once."""
 
     def __init__(
         self, broker: Broker, max_backlog: int, log: Callable[[str], None] = _stderr, log_s: float = 10.0
@@ -33,15 +37,16 @@ class Backpressure:
         self.peak = 0
         self._last_log = -1e18
 
-    def wait(self) -> None:
+    def publish(self, body: bytes, msg_id: str) -> None:
         if self.max_backlog <= 0:
+            self.broker.publish(body, msg_id)
             return
         start: Optional[float] = None
         delay = 0.01
         while True:
-            n = self.broker.backlog()
-            self.peak = max(self.peak, n)
-            if n < self.max_backlog:
+            published, n = self.broker.publish_bounded(body, msg_id, self.max_backlog)
+            self.peak = max(self.peak, n + 1 if published else n)
+            if published:
                 break
             now = time.monotonic()
             if start is None:
@@ -99,8 +104,7 @@ class UnitPublisher:
         n = len(self._pending)
         header = Header("data", self.job, self.unit, self.seq, n)
         body = encode(header, self._pending)
-        self.pressure.wait()
-        self.broker.publish(body, header.id)
+        self.pressure.publish(body, header.id)
         if self.first_publish_at is None:
             self.first_publish_at = time.time()
         self.seq += 1

@@ -14,7 +14,7 @@ The nats-py client is asyncio: each call runs on a private event loop of this ob
 
 import asyncio
 import urllib.parse
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import nats
 from nats import errors as nx
@@ -26,6 +26,7 @@ from torchx_datapipes.queue.url import QueueURL
 from torchx_datapipes.secrets import resolve
 
 DUPLICATE_WINDOW_S = 3600.0
+WRONG_LAST_SEQUENCE = 10071  # JetStream's error code: another message was stored since the count
 
 
 class NatsBroker(Broker):
@@ -131,6 +132,24 @@ class NatsBroker(Broker):
 
     def _backlog(self) -> int:
         return int(self._run(self._js.stream_info(self.spec.name)).state.messages)
+
+    def _publish_bounded(self, body: bytes, msg_id: str, max_backlog: int) -> Tuple[bool, int]:
+        t = float(self.spec.opt("timeout"))
+
+        async def publish() -> Tuple[bool, int]:
+            while True:  # compare-and-publish: stored only if no other producer published since the count
+                state = (await self._js.stream_info(self.spec.name)).state
+                if state.messages >= max_backlog:
+                    return False, int(state.messages)
+                headers = {"Nats-Msg-Id": msg_id, "Nats-Expected-Last-Sequence": str(state.last_seq)}
+                try:
+                    await self._js.publish(self.subject, body, timeout=t, headers=headers)
+                    return True, int(state.messages)
+                except jx.APIError as e:
+                    if e.err_code != WRONG_LAST_SEQUENCE:
+                        raise
+
+        return self._run(publish())
 
     def _sub(self, group: str) -> Any:
         if group not in self._subs:

@@ -88,6 +88,39 @@ class RabbitBroker(Broker):
     def _backlog(self) -> int:
         return int(self._ch.queue_declare(self.spec.name, passive=True).method.message_count)
 
+    def _publish_bounded(self, body: bytes, msg_id: str, max_backlog: int) -> Tuple[bool, int]:
+        # count and publish under a lock shared by the producers: an exclusive queue, which only one
+        # connection can hold (others get 405 RESOURCE_LOCKED) and which the broker removes with the
+        # connection, so a producer that dies holding it blocks nobody
+        lock = self._lock_publishing()
+        try:
+            n = self._backlog()
+            if n >= max_backlog:
+                return False, n
+            self._publish(body, msg_id)
+            return True, n
+        finally:
+            lock.queue_delete(self._lock_queue())
+            lock.close()
+
+    def _lock_queue(self) -> str:
+        return f"{self.spec.name}.publish-lock"
+
+    def _lock_publishing(self) -> Any:
+        assert self._conn is not None
+        deadline = time.monotonic() + float(self.spec.opt("reconnect_s"))
+        delay = 0.002
+        while True:
+            ch = self._conn.channel()
+            try:
+                ch.queue_declare(self._lock_queue(), exclusive=True)
+                return ch
+            except px.ChannelClosedByBroker as e:
+                if e.reply_code != 405 or time.monotonic() > deadline:
+                    raise
+            time.sleep(delay)
+            delay = min(delay * 2, 0.05)
+
     def _pump(self, ready: Any, block_s: float) -> None:
         assert self._conn is not None
         deadline = time.monotonic() + block_s

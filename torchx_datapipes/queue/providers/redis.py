@@ -10,7 +10,7 @@ Nothing is lost over a Redis restart only if Redis persists: ``appendonly yes`` 
 ``appendfsync always`` (``everysec`` can lose the last second of messages and acks).
 """
 
-from typing import Any, List, Optional, Sequence
+from typing import Any, List, Optional, Sequence, Tuple
 
 import redis
 from redis import exceptions as rx
@@ -22,6 +22,13 @@ from torchx_datapipes.queue.url import QueueURL
 from torchx_datapipes.secrets import SECRET_OPTIONS, resolve, strip_options
 
 _FIELD = b"m"
+# check-then-publish in one step: several producer ranks never push the backlog past --max_backlog
+_BOUNDED_XADD = """
+local n = redis.call('XLEN', KEYS[1])
+if n >= tonumber(ARGV[1]) then return {0, n} end
+redis.call('XADD', KEYS[1], '*', 'm', ARGV[2], 'id', ARGV[3])
+return {1, n}
+"""
 
 
 class RedisBroker(Broker):
@@ -70,6 +77,10 @@ class RedisBroker(Broker):
 
     def _backlog(self) -> int:
         return int(self.r.xlen(self.spec.name))
+
+    def _publish_bounded(self, body: bytes, msg_id: str, max_backlog: int) -> Tuple[bool, int]:
+        got: Any = self.r.eval(_BOUNDED_XADD, 1, self.spec.name, max_backlog, body, msg_id)
+        return bool(got[0]), int(got[1])
 
     def _group(self, group: str) -> None:
         if group in self._groups:
