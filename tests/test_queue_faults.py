@@ -4,9 +4,9 @@ from typing import Iterator
 
 import pytest
 from pika import exceptions as px
-from queue_testutil import BROKERS, finish, fresh_url, publish_units
+from queue_testutil import BROKERS, Worker, cleanup, finish, fresh_url, publish_units, records
 
-from torchx_datapipes.queue import GroupConsumer, open_queue
+from torchx_datapipes.queue import Backpressure, GroupConsumer, UnitPublisher, open_queue
 
 
 @pytest.fixture(params=sorted(BROKERS))
@@ -63,3 +63,54 @@ def test_delete_removes_the_queue_and_every_log(url: str) -> None:
     with open_queue(url) as b:
         b.delete(("train",))
     assert _left_behind(url) == []
+
+
+def _log_entries(url: str, group: str = "train") -> int:
+    """Entries in the group's log on the broker now."""
+    name = open_queue(url).spec.name
+    if url.startswith("redis"):
+        import redis
+
+        return int(redis.Redis.from_url(url.split("?", 1)[0]).xlen(f"{name}:log:{group}"))
+    import asyncio
+
+    import nats
+
+    async def count() -> int:
+        nc = await nats.connect("nats://127.0.0.1:4222")
+        try:
+            return int((await nc.jetstream().stream_info(f"{name}_log_{group}")).state.messages)
+        finally:
+            await nc.close()
+
+    return asyncio.new_event_loop().run_until_complete(count())
+
+
+@pytest.mark.parametrize("kind", ["nats", "redis"])  # (RabbitMQ streams cannot be trimmed by a client)
+def test_the_group_log_is_trimmed_once_the_group_finished(kind: str) -> None:
+    url = fresh_url(kind, block_s=0.05, claim_after_s=1, batch=10)
+    try:
+        with open_queue(url) as b:
+            total = publish_units(b, "j", {0: 1000, 1: 1000})  # 200 messages: 400 claims and dones
+            finish(b, "j", total)
+        consumers = [GroupConsumer(open_queue(url), "train") for _ in range(2)]
+        workers = [Worker(lambda c=c: [r["id"] for r in c]) for c in consumers]
+        for w in workers:
+            w.start()
+        ids = [i for w in workers for i in w.get(120)]
+        assert sorted(ids) == sorted([i for i in range(1000)] + [100_000 + i for i in range(1000)])
+        assert _log_entries(url) <= 20  # the compaction entry, the last reports and heartbeats
+        # what was trimmed is still known: a late copy of a finished job's message is dropped, and a new
+        # consumer of the group ends at once with every consumer's report
+        with open_queue(url) as b:
+            pub = UnitPublisher(b, "j", 0, Backpressure(b, 0))
+            pub.batch = 10
+            assert pub.add(records(0, 10)) == [] and pub.close() == 10
+        late = GroupConsumer(open_queue(url), "train")
+        assert list(late) == [] and late.ledger.finished()
+        assert late.stats.duplicates == (0 if kind == "nats" else 10)  # (NATS drops it on publish)
+        reported = {c.name for c in consumers}
+        assert reported <= set(late.ledger.reports)
+        assert sum(late.ledger.reports[c]["delivered"] for c in reported) == 2000
+    finally:
+        cleanup(url)

@@ -49,6 +49,8 @@ class Broker(ABC):
 
     ERRORS: Tuple[Type[BaseException], ...] = (ConnectionError, TimeoutError, OSError)
     START_HINT = "start the broker"
+    # _log_read(group, 0) returns every entry appended before the call (no marker needed to read up to now)
+    EXACT_LOG_READ = False
 
     def __init__(self, spec: QueueURL, log: Optional[Callable[[str], None]] = None) -> None:
         self.spec = spec
@@ -98,6 +100,10 @@ class Broker(ABC):
     def _log_read(self, group: str, block_s: float) -> List[bytes]:
         """Group log entries after the last one this client read, in log order (waits up to ``block_s``
         for one; with 0, what has arrived: :meth:`Ledger.sync` reads up to a marker it appends)."""
+
+    def _log_trim(self, group: str) -> int:
+        """Remove the log entries before the last one this client read; how many (0: cannot trim)."""
+        return 0
 
     @abstractmethod
     def _delete(self, groups: Sequence[str]) -> None:
@@ -206,6 +212,9 @@ class Broker(ABC):
 
     def log_read(self, group: str, block_s: float) -> List[bytes]:
         return self._call("log read", self._log_read, group, block_s)
+
+    def log_trim(self, group: str) -> int:
+        return self._call("log trim", self._log_trim, group)
 
     def delete(self, groups: Sequence[str] = ("train",)) -> None:
         """Remove the queue, its producer log and its groups' logs (every group's on Redis)."""

@@ -23,6 +23,7 @@ import socket
 import sys
 import threading
 import time
+import uuid
 from dataclasses import asdict, dataclass
 from typing import Any, Dict, Iterator, List, Optional, Tuple
 
@@ -49,7 +50,8 @@ class ConsumerStats:
 
 
 def consumer_name(extra: str = "") -> str:
-    return f"{socket.gethostname()}-{os.getpid()}{'-' + extra if extra else ''}"
+    """Unique per consumer, also for several consumers in one process (claims and liveness are per name)."""
+    return f"{socket.gethostname()}-{os.getpid()}{'-' + extra if extra else ''}-{uuid.uuid4().hex[:6]}"
 
 
 class GroupConsumer:
@@ -89,20 +91,22 @@ class GroupConsumer:
                 # joins before it exits
                 threading.Thread(target=self._finish, args=(beat,), name="tdp-queue-drain").start()
             else:
-                self._close(beat)
+                self._close(beat, ended)
 
     def _finish(self, beat: "Heartbeat") -> None:
         try:
             self._drain()
         finally:
-            self._close(beat)
+            self._close(beat, True)
 
-    def _close(self, beat: "Heartbeat") -> None:
+    def _close(self, beat: "Heartbeat", ended: bool = False) -> None:
         beat.stop()
         try:  # best effort: a consumer that is being killed may not get this far
             counts = self.stats.to_dict()
             counts.pop("first_record_at")
             self.ledger.report(self.name, counts)
+            if ended and self.ledger.finished():
+                self.ledger.compact()  # the group log shrinks to what is still needed (ledger.py)
         except Exception:
             pass
         self.broker.close()
@@ -169,7 +173,7 @@ class GroupConsumer:
         took it over: no owner, or one silent for DEAD_AFTER_BEATS of this consumer's heartbeats); with
         ``take`` False (after the last record), "release" instead of taking it over."""
         while True:
-            if mid in self.ledger.done:
+            if self.ledger.is_done(mid, header.job):
                 return "drop"
             holder = self.ledger.holders.get(mid)
             if holder is not None and self.ledger.silent(holder[0]) < DEAD_AFTER_BEATS:
@@ -255,7 +259,7 @@ class GroupConsumer:
             self.awaiting.clear()
             return
         self.ledger.refresh()
-        for mid in [m for m in self.awaiting if m in self.ledger.done]:
+        for mid in [m for m, (_d, h) in self.awaiting.items() if self.ledger.is_done(m, h.job)]:
             d, _header = self.awaiting.pop(mid)
             self._ack(d)
 

@@ -22,6 +22,14 @@ it into the same state:
   heartbeats appear :data:`DEAD_AFTER_BEATS` times after the holder's last entry (a broker
   outage stalls both alike).
 
+**Retention.** When a consumer ends with the group finished and nothing in flight (every job the
+log names has all its records done), it appends ``F`` (the finished jobs' totals and the
+consumers' reports) and trims the log before the last entry it read (:meth:`Ledger.compact`):
+what is trimmed is only about finished jobs, and ``F`` stands for it (any later copy of a
+message of a finished job is dropped). A reader that lagged behind the trim applies ``F`` and
+what follows. Brokers whose log cannot be trimmed from a client (RabbitMQ streams) keep the
+whole log until ``delete()``.
+
 The group is finished once the records done for a job reach its end marker's total. A
 consumer with nothing left to fetch may also stop once the rest is in flight at *live*
 consumers (:meth:`Ledger.covered`): a DataLoader asks its workers in turn, so a worker that
@@ -30,7 +38,7 @@ waited for a sibling's ack would wait for itself.
 
 import time
 import uuid
-from typing import Dict, List, Optional, Set, Tuple
+from typing import Any, Dict, List, Optional, Set, Tuple
 
 import orjson
 
@@ -52,6 +60,10 @@ class Ledger:
         self.holders: Dict[str, Tuple[str, str, int]] = {}  # claimed id -> (consumer, job, records)
         self.alive_at: Dict[str, int] = {}  # consumer -> log position of its last heartbeat or claim
         self.applied = 0  # entries read so far (a position in log order, no clocks)
+        self.finished_jobs: Dict[str, int] = {}  # job -> total, from compaction entries
+        self.jobs_seen: Set[str] = set()  # jobs named by a claim or a done
+        self.compactions = 0  # compaction entries read
+        self.since_compaction = 0  # entries read after the last compaction entry
         self.my_beats = 0  # heartbeats of ``me`` read so far
         self.seen_beat: Dict[str, int] = {}  # consumer -> my_beats when its last entry was read
         self._nonces: Set[str] = set()
@@ -60,12 +72,17 @@ class Ledger:
         e = orjson.loads(raw)
         self.applied += 1
         k, mid, who = e["k"], e.get("id", ""), e.get("c")
+        self.since_compaction += 1
         if who is not None:
             self.seen_beat[who] = self.my_beats
+        if k in ("c", "d"):
+            self.jobs_seen.add(e["j"])
         if k == "c":
             self._nonces.add(e["o"])
             self.alive_at[who] = self.applied
-            if mid not in self.done and e.get("p", "") == self.claims.get(mid, ""):
+            if e["j"] in self.finished_jobs:
+                pass  # a late copy of a finished job's message: never delivered
+            elif mid not in self.done and e.get("p", "") == self.claims.get(mid, ""):
                 self.claims[mid] = e["o"]  # the first claim naming the current owner (none: a first claim)
                 self.holders[mid] = (who, e["j"], int(e["n"]))
         elif k == "d":
@@ -83,6 +100,19 @@ class Ledger:
                 self.my_beats += 1
         elif k == "m":
             self._nonces.add(e["o"])
+        elif k == "F":
+            self._apply_compaction(e)
+
+    def _apply_compaction(self, e: Dict[str, Any]) -> None:
+        for job, total in e["jobs"].items():
+            self.finished_jobs[job] = self.ends[job] = int(total)
+            self.done_by_job[job] = max(self.done_by_job.get(job, 0), int(total))
+        for mid in [m for m, h in self.holders.items() if h[1] in self.finished_jobs]:
+            del self.holders[mid]
+        for consumer, stats in e["r"].items():
+            self.reports.setdefault(consumer, stats)
+        self.compactions += 1
+        self.since_compaction = 0
 
     def refresh(self, block_s: float = 0.0) -> int:
         """Read what the group's log and the producer's log (end markers) hold now."""
@@ -92,7 +122,11 @@ class Ledger:
         return len(entries)
 
     def sync(self) -> None:
-        """Read both logs up to now exactly: append a marker to each and read until both come back."""
+        """Read both logs up to now exactly: where a read returns all that is in the log (Redis, NATS), one
+        read; else append a marker to each and read until both come back."""
+        if self.broker.EXACT_LOG_READ:
+            self.refresh()
+            return
         nonces = [uuid.uuid4().hex, uuid.uuid4().hex]
         self.broker.log_append(PRODUCER_LOG, orjson.dumps({"k": "m", "o": nonces[0]}))
         self._append({"k": "m", "o": nonces[1]})
@@ -100,7 +134,12 @@ class Ledger:
 
     def _wait(self, nonces: List[str], what: str) -> None:
         deadline = time.monotonic() + self.wait_s
+        compactions = self.compactions
         while not all(n in self._nonces for n in nonces):
+            if self.compactions > compactions and self.broker.EXACT_LOG_READ:
+                self.refresh()  # all that is in the log now: an entry still missing was trimmed by a
+                if not all(n in self._nonces for n in nonces):  # compaction, so it was about a finished job
+                    return
             if time.monotonic() > deadline:
                 raise TimeoutError(f"{what} did not come back from the group log in {self.wait_s:g}s")
             self.refresh(0.05)
@@ -115,12 +154,12 @@ class Ledger:
         the current owner's claim (``prev``: "" for a first claim, else the claim it takes over)."""
         if not prev:
             self.refresh()
-            if mid in self.claims or mid in self.done:
+            if mid in self.claims or self.is_done(mid, job):
                 return False
         nonce = uuid.uuid4().hex
         self._append({"k": "c", "id": mid, "o": nonce, "p": prev, "c": consumer, "j": job, "n": n})
         self._wait([nonce], f"the claim of {mid}")
-        return self.claims.get(mid) == nonce and mid not in self.done
+        return self.claims.get(mid) == nonce and not self.is_done(mid, job)
 
     def silent(self, consumer: str) -> int:
         """How many heartbeats of ``me`` the log holds after ``consumer``'s last entry (0 for ``me``)."""
@@ -131,9 +170,26 @@ class Ledger:
     def heartbeat(self, consumer: str) -> None:
         self._append({"k": "h", "c": consumer})
 
-    def is_done(self, mid: str) -> bool:
+    def is_done(self, mid: str, job: str) -> bool:
+        """Message ``mid`` of ``job`` was done (as far as this reader has read)."""
+        return mid in self.done or job in self.finished_jobs
+
+    def quiescent(self) -> bool:
+        """Every job the log names is finished and no message is in flight."""
+        jobs = self.jobs_seen | set(self.ends)
+        return not self.holders and all(self.done_by_job.get(j, 0) >= self.ends.get(j, 1 << 62) for j in jobs)
+
+    def compact(self) -> int:
+        """If the group is quiescent: append ``F`` and trim the log before the last entry read (entries
+        removed; 0 where the broker cannot trim, or when nothing was read since the last ``F``)."""
+        if not self.broker.EXACT_LOG_READ:
+            return 0
         self.sync()
-        return mid in self.done
+        if not self.ends or not self.quiescent() or self.since_compaction == 0:
+            return 0
+        jobs = {j: self.ends[j] for j in self.jobs_seen | set(self.ends)}
+        self._append({"k": "F", "jobs": jobs, "r": self.reports})
+        return self.broker.log_trim(self.group)
 
     def mark_done(self, mid: str, job: str, n: int) -> None:
         self._append({"k": "d", "id": mid, "j": job, "n": n})

@@ -36,6 +36,7 @@ class NatsBroker(Broker):
         ConnectionError, OSError, TimeoutError,
     )  # fmt: skip
     START_HINT = "start NATS with JetStream (nats-server -js)"
+    EXACT_LOG_READ = True  # (a block-0 read goes up to the log stream's last sequence at the call)
 
     def __init__(self, spec: QueueURL, log: Any = None) -> None:
         super().__init__(spec, log)
@@ -238,6 +239,19 @@ class NatsBroker(Broker):
             return out
 
         return self._run(read())
+
+    def _log_trim(self, group: str) -> int:
+        last = self._log_next.get(group, 1) - 1
+        if last <= 1:
+            return 0
+        stream = self._log_stream(group)
+
+        async def trim() -> int:
+            before = (await self._js.stream_info(stream)).state.messages
+            await self._js.purge_stream(stream, seq=last)  # (removes the sequences below ``last``)
+            return int(before - (await self._js.stream_info(stream)).state.messages)
+
+        return self._run(trim())
 
     def _delete(self, groups: Sequence[str]) -> None:
         async def delete() -> None:

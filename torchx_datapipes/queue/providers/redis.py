@@ -22,6 +22,7 @@ from torchx_datapipes.queue.url import QueueURL
 from torchx_datapipes.secrets import SECRET_OPTIONS, resolve, strip_options
 
 _FIELD = b"m"
+LOG_PAGE = 10_000
 # check-then-publish in one step: several producer ranks never push the backlog past --max_backlog
 _BOUNDED_XADD = """
 local n = redis.call('XLEN', KEYS[1])
@@ -33,6 +34,7 @@ return {1, n}
 
 class RedisBroker(Broker):
     ERRORS = (rx.ConnectionError, rx.TimeoutError, ConnectionError, TimeoutError, OSError)
+    EXACT_LOG_READ = True
     START_HINT = "start Redis (redis-server --port 6379)"
 
     def __init__(self, spec: QueueURL, log: Any = None) -> None:
@@ -124,14 +126,22 @@ class RedisBroker(Broker):
         key = self._log_key(group)
         pos = self._log_pos.get(group, "0-0")
         block = int(block_s * 1000) if block_s > 0 else None
-        got: Any = self.r.xread({key: pos}, count=10_000, block=block)
         out: List[bytes] = []
-        for _, entries in got or []:
-            for mid, f in entries:
-                out.append(f[_FIELD])
-                pos = mid
-        self._log_pos[group] = pos
-        return out
+        while True:  # (block 0: until the log is exhausted, so a read returns all appended before it)
+            got: Any = self.r.xread({key: pos}, count=LOG_PAGE, block=block)
+            n = 0
+            for _, entries in got or []:
+                for mid, f in entries:
+                    out.append(f[_FIELD])
+                    pos = mid
+                    n += 1
+            self._log_pos[group] = pos
+            if n < LOG_PAGE or block is not None:
+                return out
+
+    def _log_trim(self, group: str) -> int:
+        pos = self._log_pos.get(group)
+        return int(self.r.xtrim(self._log_key(group), minid=pos)) if pos else 0
 
     def _delete(self, groups: Sequence[str]) -> None:
         keys = [self.spec.name, *self.r.scan_iter(match=f"{self.spec.name}:log:*")]
