@@ -1,7 +1,7 @@
 """The consumer side of a group: fetch, dedupe, yield, then ack (``QueueDataset`` runs one per worker).
 
 Per message: an end marker is recorded in the group log and acked. A first delivery is
-claimed in the log (a second copy of its id is dropped as a duplicate). A redelivery (the
+claimed in the log (a copy of a claimed id is treated as a redelivery). A redelivery (the
 broker's flag, or an XAUTOCLAIM) is dropped if its id is done; if its claim belongs to a live
 consumer (a connection reset made the broker requeue what that consumer still yields, or this
 consumer's own), it is *parked*: held unacked, kept ours by the heartbeat, acked and dropped

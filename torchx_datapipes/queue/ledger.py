@@ -6,12 +6,12 @@ it into the same state:
 
 - ``claim(id, prev)``: a claim names the claim it replaces (``prev``: none for a first claim);
   the first claim in log order that names the current owner wins, so two consumers that get two
-  copies at the same instant still agree. Another copy of a first-delivered id (a message
-  published twice: a producer restarted mid-unit, or a publish retried after a broker restart)
-  is dropped and counted as a duplicate; a *redelivered* message whose owner is alive (its
-  connection dropped, so the broker requeued what it holds while it still yields it) waits
-  until the owner marks it done, and is taken over (``prev`` = the owner's claim) only once the
-  owner stopped beating (:meth:`Ledger.silent`);
+  copies at the same instant still agree. Another copy of a claimed id (a message published
+  twice: a producer restarted mid-unit, or a publish retried after a broker restart) or a
+  redelivery of it (its owner's connection dropped, so the broker requeued what the owner still
+  yields) waits until the owner marks it done, then is dropped and counted as a duplicate; it is
+  taken over (``prev`` = the owner's claim) only once the owner stopped beating
+  (:meth:`Ledger.silent`);
 - ``done(id, n)``: the message's ``n`` records were yielded; written *before* the broker ack,
   so a crash in between makes a redelivery that is dropped, never a record counted twice;
 - ``end(job, total)``: the producer's end marker, in the stream's producer log
