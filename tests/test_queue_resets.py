@@ -24,7 +24,7 @@ PORTS = {"redis": 6379, "rabbitmq": 5672, "nats": 4222}
 def proxied(request: pytest.FixtureRequest) -> Iterator[Tuple[str, str, TcpProxy]]:
     """(direct URL, URL through the proxy, the proxy)."""
     kind = request.param
-    direct = fresh_url(kind, block_s=0.05, claim_after_s=5, batch=10, timeout=2)
+    direct = fresh_url(kind, block_s=0.05, claim_after_s=10, batch=10, timeout=2)
     proxy = TcpProxy(PORTS[kind])
     proxy.start()
     via = direct.replace(f":{PORTS[kind]}", f":{proxy.port}")

@@ -59,7 +59,7 @@ def _wait(cond: object, timeout: float, what: str) -> None:
 
 
 def test_a_broker_restart_mid_stream_is_exactly_once(broker: PrivateBroker) -> None:
-    url = _url(broker, block_s=0.05, claim_after_s=5, batch=10, timeout=2, reconnect_s=90)
+    url = _url(broker, block_s=0.05, claim_after_s=10, batch=10, timeout=2, reconnect_s=90)
     with open_queue(url) as b:
         total = publish_units(b, "j", {0: 200, 1: 100})
         finish(b, "j", total)

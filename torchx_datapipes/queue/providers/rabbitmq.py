@@ -6,7 +6,12 @@
 - consumers share the queue (each message to one of them; ``basic.get``, ``prefetch`` at a time);
   the broker requeues a consumer's unacked messages, flagged ``redelivered``, as soon as its
   connection closes (a killed process) or misses heartbeats (``claim_after_s``);
-- the group log is the durable **stream** queue ``NAME.log.GROUP`` (RabbitMQ >= 3.9).
+- the group log is the durable **stream** queue ``NAME.log.GROUP`` (RabbitMQ >= 3.9), declared,
+  appended to and read on a **second connection**: the broker closes a whole connection on some
+  stream errors (541 INTERNAL_ERROR or 506 "stream not found" on a just-declared stream, 540 when
+  pika rejects a stream delivery), and closing the data connection would requeue the messages this
+  consumer holds. A failed log connection is re-opened (bounded retries) without touching the data
+  connection.
 
 A queue feeds one group (each message goes to one consumer of the queue). RabbitMQ has no
 broker-side dedup without a plugin: copies of a message id are dropped by the consumers.
@@ -42,10 +47,12 @@ class RabbitBroker(Broker):
         self._conn: Optional[pika.BlockingConnection] = None
         self._ch: Any = None
         self._gen = 0
-        self._logs: Dict[str, Any] = {}  # group -> channel
+        self._lconn: Optional[pika.BlockingConnection] = None  # the group logs' own connection
+        self._lch: Any = None  # its channel for appends (publisher confirms)
+        self._logs: Dict[str, Any] = {}  # group -> channel tailing the log
         self._log_inbox: Dict[str, List[Tuple[int, bytes]]] = {}
         self._log_next: Dict[str, int] = {}  # group -> next stream offset to read
-        self._declared: Set[str] = set()  # group logs declared on this connection
+        self._declared: Set[str] = set()  # group logs declared on the log connection
 
     def _params(self) -> pika.URLParameters:
         parts = urllib.parse.urlsplit(resolve(self.spec.url))
@@ -66,11 +73,9 @@ class RabbitBroker(Broker):
         self._ch = self._conn.channel()
         self._ch.confirm_delivery()
         self._ch.queue_declare(self.spec.name, durable=True, arguments={"x-queue-type": "quorum"})
-        self._logs = {}
-        self._log_inbox = {}
-        self._declared = set()
 
     def _disconnect(self) -> None:
+        self._log_reset()
         conn, self._conn = self._conn, None
         if conn is not None:
             try:
@@ -79,7 +84,37 @@ class RabbitBroker(Broker):
                 pass
 
     def _forget(self) -> None:
-        self._conn = None
+        self._conn, self._lconn = None, None
+
+    # -- the group logs' connection -----------------------------------------------------------
+    def _log_reset(self) -> None:
+        conn, self._lconn, self._lch = self._lconn, None, None
+        self._logs, self._log_inbox, self._declared = {}, {}, set()
+        if conn is not None:
+            try:
+                conn.close()
+            except Exception:  # (pika rejects pending stream deliveries on close: 540, harmless here)
+                pass
+
+    def _on_log(self, fn: Callable[[], T]) -> T:
+        """``fn`` on the log connection, re-opened (bounded) when the broker closes it; the data connection
+        and the messages it holds are never touched. Still failing: raised to Broker._call."""
+        delay = 0.02
+        for attempt in range(LOG_TRIES):
+            try:
+                if self._lconn is None or not self._lconn.is_open:
+                    self._log_reset()
+                    self._lconn = pika.BlockingConnection(self._params())
+                    self._lch = self._lconn.channel()
+                    self._lch.confirm_delivery()
+                return fn()
+            except self.ERRORS:
+                if attempt == LOG_TRIES - 1:
+                    raise
+                self._log_reset()
+                time.sleep(delay)
+                delay = min(delay * 2, 0.5)
+        raise AssertionError("unreachable")
 
     def _publish(self, body: bytes, msg_id: str) -> None:
         props = pika.BasicProperties(delivery_mode=2, message_id=msg_id)
@@ -122,11 +157,12 @@ class RabbitBroker(Broker):
             delay = min(delay * 2, 0.05)
 
     def _pump(self, ready: Any, block_s: float) -> None:
-        assert self._conn is not None
+        conn = self._lconn
+        assert conn is not None
         deadline = time.monotonic() + block_s
-        self._conn.process_data_events(time_limit=0)
+        conn.process_data_events(time_limit=0)
         while not ready() and time.monotonic() < deadline:
-            self._conn.process_data_events(time_limit=max(0.0, deadline - time.monotonic()))
+            conn.process_data_events(time_limit=max(0.0, deadline - time.monotonic()))
 
     def _fetch(self, group: str, consumer: str, n: int, block_s: float) -> List[Delivery]:
         # basic.get, not basic.consume: the broker never pushes a message into a consumer that is not
@@ -157,10 +193,10 @@ class RabbitBroker(Broker):
         """``fn(channel)`` on a new channel, retried (bounded) when the broker closes that channel: a
         refused declare or consume of the group log closes only its own channel, never the connection
         that holds this consumer's unacked messages (closing it would requeue them)."""
-        assert self._conn is not None
+        assert self._lconn is not None
         delay = 0.02
         for attempt in range(LOG_TRIES):
-            ch = self._conn.channel()
+            ch = self._lconn.channel()
             try:
                 return fn(ch)
             except px.ChannelClosedByBroker as e:
@@ -177,12 +213,15 @@ class RabbitBroker(Broker):
         return ch
 
     def _log_append(self, group: str, data: bytes) -> None:
-        if group not in self._logs and group not in self._declared:
-            self._on_fresh_channel(group, lambda ch: self._declare_log(group, ch).close())
-            self._declared.add(group)
-        self._ch.basic_publish(
-            "", self._log_queue(group), data, properties=pika.BasicProperties(delivery_mode=2)
-        )
+        def append() -> None:
+            if group not in self._logs and group not in self._declared:
+                self._on_fresh_channel(group, lambda ch: self._declare_log(group, ch).close())
+                self._declared.add(group)
+            self._lch.basic_publish(
+                "", self._log_queue(group), data, properties=pika.BasicProperties(delivery_mode=2)
+            )
+
+        self._on_log(append)
 
     def _tail(self, group: str) -> None:
         if group in self._logs:
@@ -203,9 +242,13 @@ class RabbitBroker(Broker):
         self._logs[group] = self._on_fresh_channel(group, consume)
 
     def _log_read(self, group: str, block_s: float) -> List[bytes]:
-        self._tail(group)
-        inbox = self._log_inbox[group]
-        self._pump(lambda: bool(inbox), block_s)  # (block_s 0: what has arrived; Ledger.sync reads it all)
+        def pump() -> List[Tuple[int, bytes]]:
+            self._tail(group)
+            inbox = self._log_inbox[group]
+            self._pump(lambda: bool(inbox), block_s)  # (block_s 0: what has arrived; Ledger.sync reads all)
+            return inbox
+
+        inbox = self._on_log(pump)
         out: List[bytes] = []
         nxt = self._log_next.get(group, 0)
         for offset, body in inbox:
