@@ -12,7 +12,7 @@ import bench_queue  # noqa: E402
 
 def test_tiny_run_of_the_queue_benchmark(tmp_path: Path) -> None:
     out = tmp_path / "r.json"
-    res = bench_queue.main(["--records", "3000", "--images", "200", "--slow-records", "1500", "--max-backlog",
+    res = bench_queue.main(["--records", "3000", "--images", "200", "--slow-records", "700", "--max-backlog",
                             "5", "--json", str(out)])  # fmt: skip
     assert json.loads(out.read_text()) == res
     for part in ("small", "images"):
@@ -20,4 +20,4 @@ def test_tiny_run_of_the_queue_benchmark(tmp_path: Path) -> None:
         for r in res[part]:
             assert r["records"] == r["expected"] and r["duplicates"] == 0 and r["end_to_end_s"] > 0
     for r in res["backpressure"]["rows"]:
-        assert r["records"] == 1500 and 0 < r["peak_backlog"] <= 5 + 1  # +1: the probe samples between calls
+        assert r["records"] == 700 and 0 < r["peak_backlog"] <= 5 + 1  # +1: the probe samples between calls
