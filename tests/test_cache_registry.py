@@ -5,11 +5,12 @@ import sys
 import textwrap
 from importlib.metadata import EntryPoint
 from pathlib import Path
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, Iterator, List, Optional
 
 import pytest
 from pickle_safety import PACKAGE_ROOT
 
+from torchx_datapipes import plugins
 from torchx_datapipes.cache import Cache, open_cache, register_cache, registry, schemes
 from torchx_datapipes.cache.providers.memcached import MemcachedCache, _expire
 from torchx_datapipes.cache.providers.memory import MemoryCache
@@ -55,8 +56,12 @@ class OtherDictCache(DictCache):
 
 
 @pytest.fixture()
-def clean_registry(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(registry, "_REGISTERED", {})
+def clean_registry(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    monkeypatch.setattr(registry.PROVIDERS, "_registered", {})
+    monkeypatch.setattr(registry.PROVIDERS, "_loaded", {})
+    plugins.entry_point_table.cache_clear()
+    yield
+    plugins.entry_point_table.cache_clear()
 
 
 # ----------------------------------------------------------------------- URL parsing
@@ -164,7 +169,7 @@ def test_entry_point_group(monkeypatch: pytest.MonkeyPatch, clean_registry: None
         assert group == registry.ENTRY_POINT_GROUP == "torchx_datapipes.cache"
         return [ep for ep in eps if name is None or ep.name == name]
 
-    monkeypatch.setattr(registry, "entry_points", fake_entry_points)
+    monkeypatch.setattr(plugins, "entry_points", fake_entry_points)
     assert "epcache" in schemes()
     c = open_cache("epcache://?namespace=ep&max_items=5")
     assert type(c) is MemoryCache and (c.namespace, c.max_items) == ("ep", 5)

@@ -1,8 +1,9 @@
 """Choose a cache by URL: ``open_cache("redis://127.0.0.1:6379/0?namespace=tok&ttl=3600")``.
 
-Layered like fsspec's registry: a table of import strings (so ``import torchx_datapipes``
-never imports redis or pymemcache), :func:`register_cache` for code, and the entry-point
-group ``torchx_datapipes.cache`` for third-party packages::
+Layered like fsspec's registry (the shared :class:`torchx_datapipes.plugins.Registry`): a
+table of import strings (so ``import torchx_datapipes`` never imports redis or pymemcache),
+:func:`register_cache` for code, and the entry-point group ``torchx_datapipes.cache`` for
+third-party packages::
 
     [project.entry-points."torchx_datapipes.cache"]
     mycache = "my_pkg.cache:MyCache"     # a Cache subclass with a from_url classmethod
@@ -13,14 +14,13 @@ hmac_key_env (an HMAC key itself never goes in a URL). Provider options: memory 
 ``max_bytes``; sqlite ``lock_timeout``, ``mmap_bytes``.
 """
 
-import importlib
 import inspect
 import urllib.parse
 from dataclasses import dataclass, field
-from importlib.metadata import entry_points
 from typing import Any, Callable, Dict, Set, Tuple, Type, Union
 
 from torchx_datapipes.cache.base import Cache
+from torchx_datapipes.plugins import Registry
 from torchx_datapipes.secrets import mask_url
 
 ENTRY_POINT_GROUP = "torchx_datapipes.cache"
@@ -32,7 +32,7 @@ _KNOWN: Dict[str, str] = {
     "rediss": _P + "redis:RedisCache",
     "memcached": _P + "memcached:MemcachedCache",
 }
-_REGISTERED: Dict[str, Union[str, Type[Cache]]] = {}
+PROVIDERS: Registry[Type[Cache]] = Registry("cache scheme", ENTRY_POINT_GROUP, _KNOWN)
 
 _BOOL = {"1": True, "true": True, "yes": True, "0": False, "false": False, "no": False}
 
@@ -102,28 +102,16 @@ class CacheURL:
 
 def register_cache(scheme: str, cls: Union[str, Type[Cache]], clobber: bool = False) -> None:
     """Make ``scheme://`` URLs open ``cls`` (a Cache subclass or ``"module:Class"``)."""
-    if not clobber and scheme in schemes():
-        raise ValueError(f"cache scheme {scheme!r} is already registered; pass clobber=True to replace it")
-    _REGISTERED[scheme] = cls
+    PROVIDERS.register(scheme, cls, clobber)
 
 
 def schemes() -> Tuple[str, ...]:
-    eps = {ep.name for ep in entry_points(group=ENTRY_POINT_GROUP)}
-    return tuple(sorted({*_KNOWN, *_REGISTERED, *eps}))
+    return PROVIDERS.names()
 
 
 def cache_class(scheme: str) -> Type[Cache]:
     """The Cache class for a scheme (imports its module now)."""
-    target: Union[str, Type[Cache], None] = _REGISTERED.get(scheme) or _KNOWN.get(scheme)
-    if target is None:
-        for ep in entry_points(group=ENTRY_POINT_GROUP, name=scheme):
-            target = ep.value
-    if target is None:
-        raise ValueError(f"unknown cache scheme {scheme!r}; known: {', '.join(schemes())}")
-    if isinstance(target, str):
-        module, _, name = target.partition(":")
-        target = getattr(importlib.import_module(module), name)
-    return target  # type: ignore[return-value]
+    return PROVIDERS.load(scheme)
 
 
 def open_cache(url: Union[str, Cache], **overrides: Any) -> Cache:

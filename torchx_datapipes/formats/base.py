@@ -18,6 +18,7 @@ from torchx_datapipes.errors import InputError
 from torchx_datapipes.formats.unit import Unit
 from torchx_datapipes.io.fs import stat
 from torchx_datapipes.io.streams import open_capped
+from torchx_datapipes.plugins import missing_extra
 
 if TYPE_CHECKING:
     from torchx_datapipes.formats.reading import UnitReader
@@ -48,7 +49,7 @@ def too_large(what: str, size: int, limit: int, at_least: bool = False) -> str:
 
 
 def extra_hint(extra: str, module: str) -> ImportError:
-    return ImportError(f"{module} is not installed: pip install 'torchx-datapipes[{extra}]'")
+    return missing_extra(f"{module} is not installed", extra)
 
 
 def compression_of(path: str) -> Optional[str]:

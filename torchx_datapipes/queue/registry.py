@@ -7,13 +7,13 @@ for code, and the entry-point group ``torchx_datapipes.queue`` for third-party p
     [project.entry-points."torchx_datapipes.queue"]
     kafka = "my_pkg.kafka:KafkaBroker"     # a Broker subclass
 
-A missing client library raises ``ImportError`` with the ``pip install`` line of its extra.
+A missing client library raises ``ImportError`` with the ``pip install`` line of its extra. The
+layers themselves are the shared :class:`torchx_datapipes.plugins.Registry`.
 """
 
-import importlib
-from importlib.metadata import entry_points
 from typing import Dict, Tuple, Type, Union
 
+from torchx_datapipes.plugins import Registry
 from torchx_datapipes.queue.base import Broker
 from torchx_datapipes.queue.url import QueueURL
 from torchx_datapipes.secrets import mask_url
@@ -33,19 +33,16 @@ EXTRAS: Dict[str, Tuple[str, str]] = {  # module -> (extra, what)
     _P + "rabbitmq": ("rabbitmq", "pika"),
     _P + "nats": ("nats", "nats-py"),
 }
-_REGISTERED: Dict[str, Union[str, Type[Broker]]] = {}
+BROKERS: Registry[Type[Broker]] = Registry("queue scheme", ENTRY_POINT_GROUP, _KNOWN, EXTRAS)
 
 
 def register_queue(scheme: str, cls: Union[str, Type[Broker]], clobber: bool = False) -> None:
     """Make ``scheme://`` URLs open ``cls`` (a Broker subclass or ``"module:Class"``)."""
-    if not clobber and scheme in schemes():
-        raise ValueError(f"queue scheme {scheme!r} is already registered; pass clobber=True to replace it")
-    _REGISTERED[scheme] = cls
+    BROKERS.register(scheme, cls, clobber)
 
 
 def schemes() -> Tuple[str, ...]:
-    eps = {ep.name for ep in entry_points(group=ENTRY_POINT_GROUP)}
-    return tuple(sorted({*_KNOWN, *_REGISTERED, *eps}))
+    return BROKERS.names()
 
 
 def is_queue_url(url: str) -> bool:
@@ -55,23 +52,9 @@ def is_queue_url(url: str) -> bool:
 
 
 def broker_class(scheme: str) -> Type[Broker]:
-    """The Broker class of a scheme (imports its module, and so its client library, now)."""
-    target: Union[str, Type[Broker], None] = _REGISTERED.get(scheme) or _KNOWN.get(scheme)
-    if target is None:
-        for ep in entry_points(group=ENTRY_POINT_GROUP, name=scheme):
-            target = ep.value
-    if target is None:
-        raise ValueError(f"unknown queue scheme {scheme!r}; known: {', '.join(schemes())}")
-    if isinstance(target, str):
-        module, _, name = target.partition(":")
-        try:
-            target = getattr(importlib.import_module(module), name)
-        except ImportError as e:
-            extra, lib = EXTRAS.get(module, ("queue", "its client library"))
-            raise ImportError(
-                f"{scheme}:// queues need {lib}: pip install 'torchx-datapipes[{extra}]' ({e})"
-            ) from e
-    return target  # type: ignore[return-value]
+    """The Broker class of a scheme (imports its module, and so its client library, now: a missing one
+    raises ``MissingExtraError``, an ImportError naming the extra to install)."""
+    return BROKERS.load(scheme)
 
 
 def parse(url: str) -> QueueURL:
