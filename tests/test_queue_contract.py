@@ -28,7 +28,7 @@ from torchx_datapipes.queue.codec import Header, decode_records, encode, encode_
 
 @pytest.fixture(params=sorted(BROKERS))
 def url(request: pytest.FixtureRequest) -> Iterator[str]:
-    u = fresh_url(request.param, block_s=0.05, claim_after_s=1)
+    u = fresh_url(request.param, block_s=0.05, claim_after_s=3)
     with open_queue(u) as b:
         b.ping()  # a broker that is down fails here, naming the fix
     yield u
