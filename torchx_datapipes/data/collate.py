@@ -11,9 +11,15 @@ PyTorch's ``default_collate`` fails on the first ``None`` it meets, naming no fi
   integers and bools) and the batch gets ``batch["__mask__"][field]``, a bool tensor that is True
   where the value was present. Only fields with a missing value in this batch have one:
   :func:`present` gives the mask of any field (all True when nothing was missing);
+- a field whose every value in the batch is missing is filled and masked all-False like a partly
+  missing one when its type is known, so every batch of a column has the same type:
+  ``Collate.for_output(OUT)`` takes the types from a Parquet output's schema (a float column gives a
+  float64 tensor of ``NaN``, an int column int64 zeros, a bool column ``False``, a 0-d tensor
+  column its dtype), and ``Collate(dtypes={"age": torch.float64})`` gives them by hand. A field of
+  unknown type (JSON Lines and WebDataset outputs carry no column types; strings, lists, ...)
+  stays a list of ``None`` there, with an all-False mask;
 - strings, bytes and other values stay lists, ``None`` included (as ``default_collate`` keeps
-  strings); so does a field missing from every record of the batch (its type is unknown there),
-  with an all-False mask. Dates, datetimes, times, durations and ``Decimal`` (which a CSV
+  strings). Dates, datetimes, times, durations and ``Decimal`` (which a CSV
   ``--schema``, Parquet or our JSON Lines tags give back as such) stay lists too, where
   ``default_collate`` raises on them;
 - with ``mask=False``, a missing value of a field without a fill value is a :class:`CollateError`
@@ -66,10 +72,30 @@ class Collate:
         null: per-field fill values for missing values (used before any mask).
         mask: fill numbers and tensors and report where values were missing in
             ``batch["__mask__"]``; False: a missing value without a fill value is an error.
+        dtypes: per-field dtype of a numeric or bool column, for a batch where every value is
+            missing (then the values tell nothing); :meth:`for_output` reads them from an output.
     """
 
     null: Mapping[str, Any] = field(default_factory=dict)
     mask: bool = True
+    dtypes: Mapping[str, torch.dtype] = field(default_factory=dict)
+
+    @classmethod
+    def for_output(
+        cls,
+        url: str,
+        split: Optional[str] = None,
+        *,
+        storage_options: Optional[Mapping[str, Any]] = None,
+        null: Optional[Mapping[str, Any]] = None,
+        mask: bool = True,
+    ) -> "Collate":
+        """A ``Collate`` knowing the column types of the output at ``url`` (its Parquet schema).
+
+        JSON Lines and WebDataset outputs carry no column types: their ``dtypes`` are empty, and a
+        batch where a field is always missing keeps its list of ``None`` (pass ``dtypes=``).
+        """
+        return cls(null=dict(null or {}), mask=mask, dtypes=_output_dtypes(url, split, storage_options))
 
     def __call__(self, batch: Sequence[Any]) -> Any:
         if not batch or not all(isinstance(r, Mapping) for r in batch):
@@ -98,7 +124,7 @@ class Collate:
         if not any(missing):
             return _collate(name, values)
         present_values = [v for v in values if v is not None]
-        filler = _filler(present_values)
+        filler = _filler(present_values) if present_values else _typed_filler(self.dtypes.get(name))
         if filler is None:  # strings, bytes, dicts, or nothing present: a list, None kept
             if not present_values and self.mask:
                 masks[name] = torch.zeros(len(values), dtype=torch.bool)
@@ -129,6 +155,56 @@ def _filler(present_values: List[Any]) -> Any:
     if all(isinstance(v, (bool, np.bool_)) for v in present_values):
         return False
     return 0
+
+
+def _typed_filler(dtype: Optional[torch.dtype]) -> Optional[torch.Tensor]:
+    """The fill value of a field of known ``dtype`` missing from a whole batch (None: unknown)."""
+    if dtype is None:
+        return None
+    fill = math.nan if dtype.is_floating_point or dtype.is_complex else 0
+    return torch.full((), fill, dtype=dtype)  # 0-d: the batch stacks to shape (B,), as a partial one
+
+
+def _output_dtypes(
+    url: str, split: Optional[str] = None, storage_options: Optional[Mapping[str, Any]] = None
+) -> Dict[str, torch.dtype]:
+    """The dtype a batch of each scalar numeric or bool column of the output at ``url`` collates to.
+
+    Parquet columns only (the first part's schema: the parts share one, ``parquet_schema`` in the
+    manifest): a plain column is read as Python numbers, so floats give float64, ints int64, bools
+    bool; a 0-d tensor column (``{"torchx_datapipes.tensor": "0d"}``) gives its own dtype. Other
+    formats and columns (strings, tensors with a shape, ...) give nothing."""
+    from torchx_datapipes.data._parts import load_parts
+    from torchx_datapipes.io.partfiles import open_part
+
+    fmt, parts = load_parts(url, split, storage_options)
+    if fmt != "parquet" or not parts:
+        return {}
+    import pyarrow.parquet as pq
+
+    with open_part(parts[0], storage_options, None) as fh:
+        schema = pq.read_schema(fh)
+    out: Dict[str, torch.dtype] = {}
+    for column in schema:
+        dtype = _arrow_dtype(column)
+        if dtype is not None:
+            out[column.name] = dtype
+    return out
+
+
+def _arrow_dtype(f: Any) -> Optional[torch.dtype]:
+    import pyarrow as pa
+
+    from torchx_datapipes.formats.parquet.types import is_0d_field
+
+    t = f.type
+    if not (pa.types.is_floating(t) or pa.types.is_integer(t) or pa.types.is_boolean(t)):
+        return None
+    if is_0d_field(f):
+        return torch.from_numpy(np.empty(0, dtype=t.to_pandas_dtype())).dtype
+    if pa.types.is_boolean(t):
+        return torch.bool
+    return torch.float64 if pa.types.is_floating(t) else torch.int64
 
 
 def _collate(name: str, values: List[Any]) -> Any:

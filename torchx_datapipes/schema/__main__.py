@@ -4,7 +4,8 @@
     python -m torchx_datapipes.schema compare A_OUT B_OUT [--html diff.html] [--json drift.json]
         [--schema schema.json]
 
-``compare`` prints a table and exits 1 when any field drifted (0 otherwise, 2 on a usage error).
+``compare`` prints a table and exits 1 when any field drifted (0 otherwise, 2 on a usage error, and
+on two profiles with no field in common or an empty one: nothing could be compared).
 """
 
 import argparse
@@ -54,10 +55,11 @@ def _infer(args: argparse.Namespace) -> int:
 
 
 def _compare(args: argparse.Namespace) -> int:
-    from torchx_datapipes.schema.compare import compare_docs, load_stats, table, to_json
+    from torchx_datapipes.schema.compare import check_comparable, compare_docs, load_stats, table, to_json
     from torchx_datapipes.schema.model import Schema
 
     a, b = load_stats(args.a), load_stats(args.b)
+    check_comparable(a, b, args.a, args.b)
     schema = Schema.load(args.schema) if args.schema else None
     drifts = compare_docs(a, b, schema)
     print(table(drifts))

@@ -35,6 +35,35 @@ def load_stats(out: str) -> dict[str, Any]:
     return doc  # type: ignore[no-any-return]
 
 
+class NothingToCompareError(DatapipesError, ValueError):
+    """Two profiles share no field (or one is empty): no drift could be measured, so none is reported."""
+
+
+def check_comparable(a: dict[str, Any], b: dict[str, Any], a_url: str, b_url: str) -> None:
+    """Refuse two profiles with no field in common, or an empty one: "0 of N fields drifted" would be
+    a pass that checked nothing."""
+    both = f"baseline {a_url} and current {b_url}"
+    for doc, url in ((a, a_url), (b, b_url)):
+        if not doc.get("fields"):
+            records = int(doc.get("records", 0))
+            raise NothingToCompareError(
+                f"nothing to compare between {both}: {url} is an empty profile ({records:,} records, no"
+                " fields); rerun its stats job on an --input that has records"
+            )
+    common = set(a["fields"]) & set(b["fields"])
+    if not common:
+        raise NothingToCompareError(
+            f"nothing to compare: {both} have no field in common (baseline: {_names(a)}; current:"
+            f" {_names(b)}); compare two profiles of the same table"
+        )
+
+
+def _names(doc: dict[str, Any], limit: int = 8) -> str:
+    names = list(doc["fields"])
+    more = f", ... ({len(names)} fields)" if len(names) > limit else ""
+    return ", ".join(names[:limit]) + more
+
+
 def compare_docs(a: dict[str, Any], b: dict[str, Any], schema: Schema | None = None) -> list[Drift]:
     """Every field of either document, baseline ``a`` against current ``b``."""
     out = []

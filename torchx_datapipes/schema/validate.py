@@ -22,6 +22,7 @@ def build(
 ) -> tuple[list[dict[str, Any]], list[Drift]]:
     """``(anomalies, drifts)``: every anomaly, most severe first, and the per-field drift results."""
     records = int(doc.get("records", 0))
+    dropped = dropped_fields(schema, doc)
     out = []
     for (name, kind), it in found.items.items():
         fs = schema.fields.get(name)
@@ -29,8 +30,18 @@ def build(
         if kind == "unexpected_values":
             extra["values"] = dict(sorted(it["values"].items(), key=lambda t: (-t[1], t[0])))
         text = _describe(name, kind, it["count"], records, fs, doc, extra.get("values"))
+        if kind == "missing_field" and name in dropped:
+            text = dropped_text(name, records)
         out.append(anomaly(name, kind, schema.severity_of(kind), text, it["examples"], **extra))
+    for name in dropped:  # optional fields (a required one's records are counted above)
+        if (name, "missing_field") not in found.items:
+            text = dropped_text(name, records)
+            out.append(
+                anomaly(name, "missing_field", schema.severity_of("missing_field"), text, count=records)
+            )
     for name, fs in schema.fields.items():
+        if name in dropped:
+            continue  # reported as missing_field, whatever the schema's presence
         present = int((doc["fields"].get(name) or {}).get("count", 0))
         if not fs.required and fs.min_fraction > 0 and records and present / records < fs.min_fraction:
             text = (
@@ -54,6 +65,20 @@ def build(
                 )
     out.sort(key=lambda a: (-SEVERITY_RANK[a["severity"]], KINDS.index(a["kind"]), a["field"]))
     return out, drifts
+
+
+def dropped_fields(schema: Schema, doc: dict[str, Any]) -> list[str]:
+    """The schema's fields that no record has, not even as null (TFDV's "column dropped")."""
+    if not int(doc.get("records", 0)):
+        return []
+    return [name for name in schema.fields if name not in doc["fields"]]
+
+
+def dropped_text(name: str, records: int) -> str:
+    return (
+        f"{name!r} is absent from all {records:,} records: the field (a CSV column) was dropped from the"
+        f" input; restore it in the input, or remove {name!r} from the schema if it is gone for good"
+    )
 
 
 _METHOD_NAMES = {

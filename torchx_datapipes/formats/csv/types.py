@@ -1,11 +1,13 @@
 """CSV column types: inferred over whole files, unified across files, applied per batch.
 
-Types are one of ``int``, ``float``, ``bool``, ``date``, ``timestamp``, ``string`` (and
-``null`` while a column has held no value). A column's type is the narrowest that fits every
-non-null cell of the file: ``int`` joined with ``float`` is ``float``, ``date`` with
-``timestamp`` is ``timestamp``, anything else that differs is ``string``. Casting at read time
-uses the planned type, so every unit and rank gives the same types; a cell that does not fit
-is a bad record naming its column and value.
+Types are one of ``int``, ``float``, ``bool``, ``date``, ``timestamp`` (no zone),
+``timestamp_utc`` (every value with a zone: ``2017-01-01T06:00:42Z``, ``...+01:00``; read as UTC, as
+pyarrow's own inference does), ``string`` (and ``null`` while a column has held no value). A
+column's type is the narrowest that fits every non-null cell of the file: ``int`` joined with
+``float`` is ``float``, ``date`` with ``timestamp`` is ``timestamp``, anything else that differs
+is ``string`` (naive and zoned timestamps in one column are ``string``: neither reading is
+right). Casting at read time uses the planned type, so every unit and rank gives the same types;
+a cell that does not fit is a bad record naming its column and value.
 """
 
 from typing import Any, Dict, Iterable, List, Optional, Tuple
@@ -18,10 +20,10 @@ DEFAULT_NA = (
     "", "#N/A", "#N/A N/A", "#NA", "-1.#IND", "-1.#QNAN", "-NaN", "-nan", "1.#IND", "1.#QNAN", "<NA>",
     "N/A", "NA", "NULL", "NaN", "None", "n/a", "nan", "null",
 )  # fmt: skip
-KINDS = ("int", "float", "bool", "date", "timestamp")  # tried in this order
+KINDS = ("int", "float", "bool", "date", "timestamp", "timestamp_utc")  # tried in this order
 ARROW: Dict[str, pa.DataType] = {
     "int": pa.int64(), "float": pa.float64(), "bool": pa.bool_(), "date": pa.date32(),
-    "timestamp": pa.timestamp("us"), "string": pa.string(),
+    "timestamp": pa.timestamp("us"), "timestamp_utc": pa.timestamp("us", tz="UTC"), "string": pa.string(),
 }  # fmt: skip
 
 

@@ -4,9 +4,12 @@ Fields become members by the one codec readers share (formats/webdataset/codec.p
 and tensors as ``.npy``, str in ``txt``/``text`` fields and ints in ``cls``/``id``/... fields as
 text, anything else as ``.json`` (``None`` too, as ``null``); each reads back with its value and type.
 
-The key is the record's ``__key__`` if it has one, else ``<part>_<record index>`` (a key must not
-contain a dot or a slash: WebDataset splits member names at the first dot). Members are written
-with mtime 0, so a shard's bytes depend on its records alone.
+The key is the record's ``__key__`` if it has one, else ``<part>_<record index>``. A key's last
+path component must not contain a dot (WebDataset splits member names at the first dot); a key may
+hold directories (``train/img001``) but must be a safe relative path: an absolute key, a ``..``
+component or a NUL is a bad record, since ``tarfile.extractall`` and ``tar -x`` would write the
+member outside the target directory (Python < 3.14 extracts without a filter by default). Members
+are written with mtime 0, so a shard's bytes depend on its records alone.
 
 At commit the part's offset index (every member's suffix, data offset and size, see
 ``formats/webdataset/tarindex.py``) is written atomically beside it, ``_index/part-NNNNN.tar.idx``, and listed
@@ -40,6 +43,23 @@ def _members(key: str, rec: Any) -> List[Tuple[str, bytes]]:
     return out
 
 
+def _check_path(key: str) -> None:
+    """Refuse a key that would extract outside the target directory (or not at all, with a NUL)."""
+    parts = key.split("/")
+    why = (
+        "it contains a NUL character" if "\0" in key
+        else "it is an absolute path" if key.startswith("/")
+        else "it has a '..' path component" if ".." in parts
+        else ""
+    )  # fmt: skip
+    if why:
+        safe = "/".join(p for p in key.replace("\0", "").split("/") if p not in ("", ".", "..")) or "sample"
+        raise ValueError(
+            f"__key__ {key!r} is not a safe tar member name: {why}, so tarfile.extractall or tar -x would"
+            f" write it outside the target directory; use a relative key of plain names, e.g. {safe!r}"
+        )
+
+
 class WebDatasetPart(BasePart):
     ext = "tar"
 
@@ -54,6 +74,7 @@ class WebDatasetPart(BasePart):
         if key is None:
             return f"{self.key_prefix}_{self.offered + i:06d}"
         key = str(key)
+        _check_path(key)
         if not key or "." in key.rsplit("/", 1)[-1]:
             raise ValueError(
                 f"__key__ {key!r} contains a '.' (or is empty); WebDataset splits member names at"
