@@ -55,8 +55,13 @@ lint: install-dev
 typecheck: install-dev
 	$(BIN)/mypy
 
+# pytest-xdist: PYTEST_WORKERS processes, each taking whole test files (--dist loadfile), so a file's
+# module-scoped fixtures (a Slurm cluster, a Ray head, shared launches) are set up once; the longest
+# files go first (tests/xdist_order.py). Servers a test starts or stops are private, on free ports;
+# multi-node launches pass a --rdzv_port of their own per file.
+PYTEST_WORKERS ?= 2
 pytest: install-dev services
-	source $(BIN)/activate && pytest -q --durations=30
+	source $(BIN)/activate && pytest -q --durations=30 -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder
 
 test: install-dev services lint typecheck pytest
 

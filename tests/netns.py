@@ -11,9 +11,11 @@ agent hosts the store (see DESIGN.md "Multi-host on one machine").
 """
 
 import os
+import random
 import shlex
 import signal
 import subprocess
+import textwrap
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -26,6 +28,40 @@ RANK0_ENV = "TORCHX_RANK0_HOST"
 # Elastic rounds fast enough for a test: torchrun waits last_call_timeout (30 s) for more nodes once
 # the minimum is there, and notices a dead node after keep_alive_interval * keep_alive_max_attempt.
 FAST_RDZV = "last_call_timeout=1,keep_alive_interval=1,keep_alive_max_attempt=3,join_timeout=60"
+
+
+GATE_ENV = "TDP_TEST_GATE"
+
+
+def gated_fn_source(open_records: int, sleep_s: float = 0.0) -> str:
+    """A module with a transform ``gated`` that passes the first ``open_records`` records of its
+    process, then waits until the file named by ``$TDP_TEST_GATE`` exists.
+
+    A restarted rank is a new process, with a fresh count. A test that must observe a job while it
+    is still running (a join, a kill) holds it at the gate and opens the gate once it has observed
+    what it waited for, instead of assuming that the job has not finished yet. The deadline only
+    bounds a failing test.
+    """
+    return textwrap.dedent(
+        f"""
+        import os
+        import time
+
+        _seen = 0
+
+        def gated(rec):
+            global _seen
+            _seen += 1
+            time.sleep({sleep_s!r})
+            if _seen > {open_records}:
+                gate, deadline = os.environ["{GATE_ENV}"], time.monotonic() + 300
+                while not os.path.exists(gate):
+                    if time.monotonic() > deadline:
+                        raise TimeoutError("the test never opened the gate " + gate)
+                    time.sleep(0.02)
+            return rec
+        """
+    )
 
 
 def torchrun_command(
@@ -164,6 +200,13 @@ class Host:
     addr: str
 
 
+def unused_subnet() -> int:
+    """A ``10.213.X.0/24`` that no interface on this machine uses (other test hosts may be up)."""
+    used = run(["ip", "-o", "-4", "addr", "show"], check=False).stdout
+    free = [x for x in range(100, 200) if f"10.213.{x}." not in used]
+    return random.choice(free)
+
+
 @dataclass
 class HostNet:
     """A bridge ``br`` on ``10.213.{subnet}.0/24`` with hosts ``h1..hN`` at ``.11, .12, ...``.
@@ -176,7 +219,7 @@ class HostNet:
     workdir: Path
     n_hosts: int = 2
     token: str = field(default_factory=lambda: uuid.uuid4().hex[:6])
-    subnet: int = field(default_factory=lambda: 100 + int(uuid.uuid4().int % 100))
+    subnet: int = field(default_factory=lambda: unused_subnet())
     hosts: List[Host] = field(default_factory=list)
     _links: List[str] = field(default_factory=list)
 

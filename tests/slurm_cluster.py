@@ -17,7 +17,6 @@ Needs root (namespaces, daemons) and the packages ``slurmctld slurmd slurm-clien
 """
 
 import os
-import random
 import shutil
 import signal
 import socket
@@ -28,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Dict, List, Optional
 
-from netns import Host, HostNet, run, wait_for
+from netns import Host, HostNet, run, unused_subnet, wait_for
 
 PACKAGES = ("slurmctld", "slurmd", "sbatch", "sacct", "sacctmgr", "slurmdbd", "munged", "mysql")
 NODE_CPUS = 4  # per node: a few jobs at once (cons_tres counts them; the machine has 2 cores)
@@ -50,13 +49,6 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def _unused_subnet() -> int:
-    """A ``10.213.X.0/24`` that no interface on this machine uses (other test hosts may be up)."""
-    used = run(["ip", "-o", "-4", "addr", "show"], check=False).stdout
-    free = [x for x in range(100, 200) if f"10.213.{x}." not in used]
-    return random.choice(free)
-
-
 def _mysql(sql: str) -> None:
     run(["mysql", "-h", "127.0.0.1", "-P", "3306", "-u", "root", "-e", sql])
 
@@ -71,7 +63,7 @@ class SlurmCluster:
     dbd_port: int = 0
 
     def __post_init__(self) -> None:
-        self.net = HostNet(self.workdir / "net", n_hosts=self.n_nodes, subnet=_unused_subnet())
+        self.net = HostNet(self.workdir / "net", n_hosts=self.n_nodes, subnet=unused_subnet())
 
     @property
     def name(self) -> str:

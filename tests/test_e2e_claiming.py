@@ -33,9 +33,13 @@ FNS = textwrap.dedent(
         if not os.path.exists(marker):
             open(marker, "w").close()
         first = None
+        gate = os.path.join(log, "gate")  # the test holds the job while this file exists
         for rec in source:
             if first is None:
                 first = rec["id"]
+            deadline = time.monotonic() + 120
+            while os.path.exists(gate) and time.monotonic() < deadline:
+                time.sleep(0.01)
             time.sleep(0.006)
             yield rec
         with open(os.path.join(log, "done.log"), "a") as fh:
@@ -91,7 +95,12 @@ def _wait_for(cond: Any, proc: subprocess.Popen, what: str, timeout: float = 120
 
 def _running(pids: Path, units: Path, after: int) -> Callable[[], bool]:
     """Two live processes run the function and ``after`` units have committed."""
-    return lambda: len(_alive(pids)) >= 2 and len(list(units.glob("*.json"))) >= after
+    return lambda: len(_alive(pids)) >= 2 and len(_committed(units)) >= after
+
+
+def _committed(units: Path) -> List[Path]:
+    """Committed unit records, not the ``.tmp-*`` names they are written under first."""
+    return [u for u in units.glob("*.json") if not u.name.startswith(".")] if units.exists() else []
 
 
 def _alive(pids: Path) -> List[int]:
@@ -128,8 +137,10 @@ def test_kills_with_dynamic_claiming_give_exact_output(tmp_path: Path) -> None:
         )  # fmt: skip
         ready = _running(log / "pids", tmp_path / out / "_units", after)
         _wait_for(ready, proc, f"trial {n}: {after} committed units with 2 live processes")
+        (log / "gate").touch()  # hold the job: the victim is still running when it is killed
         before: Set[int] = {int(p.name) for p in (log / "pids").iterdir()}
         os.kill(_alive(log / "pids")[0], signal.SIGKILL)
+        (log / "gate").unlink()
         text, _ = proc.communicate(timeout=300)
         assert proc.returncode == 0 and "SUCCEEDED" in text, f"trial {n}:\n{text}"
         assert len(list((log / "pids").iterdir())) > len(before), f"trial {n}: nothing was restarted"

@@ -22,13 +22,17 @@ from torchx_datapipes.api import rank_error
 
 REPO = str(Path(__file__).resolve().parents[1])  # the checkout under test, for the CLI and its ranks
 FNS = """
+import os
 import time
 
 def ident(r):
     return r
 
 def slow(r):
-    time.sleep(0.05)
+    gate, deadline = os.environ.get("TDP_TEST_GATE"), time.monotonic() + 120
+    while gate and os.path.exists(gate) and time.monotonic() < deadline:
+        time.sleep(0.01)  # the test holds the job while the gate file exists
+    time.sleep(0.002)
     return r
 
 def bad(r):
@@ -154,22 +158,27 @@ def test_a_job_frozen_while_another_took_its_output_over_fails_with_lease_lost(p
            "TDP_LEASE_HEARTBEAT_S": "0.5"}  # fmt: skip
     base = ["run", "-s", "local_cwd", "datapipes.transform", "-j", "1x1", "--input", "data/many.jsonl",
             "--output", "out/L", "--unit_mb", "0.002"]  # fmt: skip
+    gate = project / "gate"
     frozen = subprocess.Popen(
-        [TORCHX, *base, "--fn", "fns.py:slow"], cwd=project, env=env, stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT, text=True,
+        [TORCHX, *base, "--fn", "fns.py:slow", "--env", f"TDP_TEST_GATE={gate}"], cwd=project, env=env,
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
     )  # fmt: skip
     lease = project / "out/L/_LEASE"
+    units = project / "out/L/_units"
     try:
-        poll(lambda: len(list((project / "out/L/_units").glob("*.json"))) >= 1, 120, "a committed unit")
+        poll(lambda: [u for u in units.glob("*.json") if not u.name.startswith(".")], 120, "a committed unit")
+        gate.touch()  # hold the job (it must not finish before it is frozen), then freeze it
         (rank,) = poll(lambda: ranks_of(project, "out/L"), 30, "the rank")  # type: ignore[misc]
         rank.send_signal(signal.SIGSTOP)
         poll(lambda: time.time() - json.loads(lease.read_text())["heartbeat"] > 2.0, 30, "a stale lease")
         other = run_torchx([*base, "--fn", "fns.py:ident", "--overwrite", "True"], project, env=env)
         assert other.returncode == 0, other.stdout + other.stderr
         assert "taking over the output lease of job" in other.stdout + other.stderr
+        gate.unlink()
         rank.send_signal(signal.SIGCONT)
         out, _ = frozen.communicate(timeout=180)
     finally:
+        gate.unlink(missing_ok=True)
         if frozen.poll() is None:
             for p in ranks_of(project, "out/L"):
                 p.send_signal(signal.SIGCONT)

@@ -40,6 +40,9 @@ TRANSFORMS = textwrap.dedent(
         marker = os.path.join(os.environ["TDP_TEST_PIDS"], str(os.getpid()))
         if not os.path.exists(marker):
             open(marker, "w").close()
+        gate, deadline = os.environ.get("TDP_TEST_GATE"), time.monotonic() + 120
+        while gate and os.path.exists(gate) and time.monotonic() < deadline:
+            time.sleep(0.01)  # the test holds the job while the gate file exists
         time.sleep(0.004)
         return rec
     """
@@ -189,12 +192,12 @@ def test_python_api_with_lambda_and_closure_in_main(project: Path, records: List
 
 
 def test_sigkill_of_a_worker_recovers_with_max_restarts(project: Path, records: List[Any]) -> None:
-    pids = project / "pids"
+    pids, gate = project / "pids", project / "gate"
     pids.mkdir()
     args = [
         "run", "-s", "local_cwd", "torchx_datapipes.components:transform", "--fn", "my_transforms.py:slow",
         "--input", "data/*.jsonl", "--output", "out/killed", "-j", "1x2", "--unit_mb", "0.01",
-        "--max_restarts", "1", "--env", f"TDP_TEST_PIDS={pids}",
+        "--max_restarts", "1", "--env", f"TDP_TEST_PIDS={pids},TDP_TEST_GATE={gate}",
     ]  # fmt: skip
     env = {**os.environ, "PATH": f"{VENV_BIN}:{os.environ['PATH']}"}
     proc = subprocess.Popen(
@@ -205,11 +208,14 @@ def test_sigkill_of_a_worker_recovers_with_max_restarts(project: Path, records: 
     victim = None
     while time.monotonic() < deadline and victim is None and proc.poll() is None:
         alive = [int(p.name) for p in sorted(pids.iterdir()) if Path(f"/proc/{p.name}").exists()]
-        if len(alive) >= 2 and units.exists() and len(list(units.glob("*.json"))) >= 2:
+        done = [u for u in units.glob("*.json") if not u.name.startswith(".")] if units.exists() else []
+        if len(alive) >= 2 and len(done) >= 2:
+            gate.touch()  # hold the job: the ranks wait at their next record, the victim stays alive
             victim = alive[0]  # a rank that is running now, not one that has already exited
         time.sleep(0.05)
     assert victim is not None, f"the job never got going (torchx exit {proc.poll()})"
     os.kill(victim, signal.SIGKILL)
+    gate.unlink()
     out, _ = proc.communicate(timeout=300)
     assert proc.returncode == 0, out
     assert "SUCCEEDED" in out

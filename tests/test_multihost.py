@@ -9,7 +9,6 @@ bridge address): inputs, output and the artifact store are ``s3://``. Needs root
 import os
 import signal
 import socket
-import textwrap
 import uuid
 from pathlib import Path
 from typing import Any, Callable, Dict, Iterator, List
@@ -17,7 +16,17 @@ from typing import Any, Callable, Dict, Iterator, List
 import fsspec
 import orjson
 import pytest
-from netns import RANK0_ENV, Agent, HostNet, can_make_namespaces, leftovers, torchrun_command, wait_for
+from netns import (
+    GATE_ENV,
+    RANK0_ENV,
+    Agent,
+    HostNet,
+    can_make_namespaces,
+    gated_fn_source,
+    leftovers,
+    torchrun_command,
+    wait_for,
+)
 from s3_fixture import S3Server, serve_s3
 from tdp_testutil import canon, records
 
@@ -29,16 +38,11 @@ _WHY_NOT = can_make_namespaces()
 if _WHY_NOT is not None:
     pytestmark.append(pytest.mark.skip(reason=f"multi-host tests need network namespaces: {_WHY_NOT}"))
 
-SLOW = textwrap.dedent(
-    """
-    import time
-
-    def slow(rec):
-        time.sleep(0.02)
-        return rec
-    """
-)
-N_FILES, PER_FILE = 12, 20  # one unit per file, ~0.4 s of work each
+# Each rank process passes its first unit's records, then waits at a gate the test opens once it has
+# killed a rank: the job is still running when the kill comes, however slow the machine.
+PER_FILE = 20
+SLOW = gated_fn_source(PER_FILE, sleep_s=0.01)
+N_FILES = 12  # one unit per file
 
 
 @pytest.fixture
@@ -84,7 +88,8 @@ def _run_two_hosts(
     )
     cmd, role_env = torchrun_command(app, f"mh-{uuid.uuid4().hex[:8]}", runner_args=["--timeout_s", "60"])
     # as on a cluster: every node is told where rank 0 (the rendezvous) is
-    host_env = {**role_env, **env, RANK0_ENV: net.hosts[0].name, "LOGLEVEL": "INFO"}
+    gate = logs / "gate"
+    host_env = {**role_env, **env, RANK0_ENV: net.hosts[0].name, "LOGLEVEL": "INFO", GATE_ENV: str(gate)}
     for host in net.hosts:
         cwd = logs / f"cwd-{host.name}"  # each host its own empty working directory
         cwd.mkdir()
@@ -94,7 +99,9 @@ def _run_two_hosts(
     wait_for("a committed unit", lambda: committed() >= 1, 90)
     wait_for(f"a rank on {victim.name}", lambda: bool(victim.ranks()), 30)
     (pid,) = victim.ranks()
+    assert all(a.proc is not None and a.proc.poll() is None for a in agents), "the job is held at the gate"
     os.kill(pid, signal.SIGKILL)
+    gate.touch()
     for a in agents:
         assert a.wait(120) == 0, f"{a.name} failed:\n{a.output()}"
     both = "".join(a.output() for a in agents)
@@ -117,10 +124,11 @@ def test_two_hosts_shared_directory_kill_a_rank(
     out = shared / "out"
 
     def committed() -> int:
-        return len(list((out / "_units").glob("*.json"))) if (out / "_units").exists() else 0
+        units = out / "_units"  # not the .tmp-* names a unit's record is written under first
+        return len([p for p in units.glob("*.json") if not p.name.startswith(".")]) if units.exists() else 0
 
     _run_two_hosts(
-        net, agents, tmp_path, f"{shared / 'slow_fn.py'}:slow", str(shared / "data/*.jsonl"), str(out),
+        net, agents, tmp_path, f"{shared / 'slow_fn.py'}:gated", str(shared / "data/*.jsonl"), str(out),
         str(shared / "store"), env, committed, victim_host=1,
     )  # fmt: skip
     got = [orjson.loads(ln) for p in sorted(out.glob("part-*.jsonl")) for ln in p.read_bytes().splitlines()]
@@ -153,7 +161,7 @@ def test_two_hosts_no_shared_filesystem_s3_kill_a_rank(
         return len(fs.glob(f"{out}/_units/*.json"))
 
     _run_two_hosts(
-        net, agents, tmp_path, f"{tmp_path / 'slow_fn.py'}:slow", s3.url("data/*.jsonl"), out,
+        net, agents, tmp_path, f"{tmp_path / 'slow_fn.py'}:gated", s3.url("data/*.jsonl"), out,
         s3.url("store"), dict(s3.env), committed, victim_host=0,
     )  # fmt: skip
     fs.invalidate_cache()
