@@ -33,6 +33,7 @@ class NatsBroker(Broker):
     ERRORS = (
         nx.ConnectionClosedError, nx.NoServersError, nx.TimeoutError, nx.StaleConnectionError,
         nx.OutboundBufferLimitError, nx.NoRespondersError, jx.ServiceUnavailableError, asyncio.TimeoutError,
+        jx.NoStreamResponseError,  # (JetStream not ready yet after a server restart: retried, not fatal)
         ConnectionError, OSError, TimeoutError,
     )  # fmt: skip
     START_HINT = "start NATS with JetStream (nats-server -js)"
