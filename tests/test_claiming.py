@@ -225,7 +225,7 @@ def test_no_option_is_a_prefix_of_torchx_runs_own() -> None:
     parser = argparse.ArgumentParser()
     CmdRun().add_arguments(parser)
     own = [o for a in parser._actions for o in a.option_strings if o.startswith("--")]
-    from torchx_datapipes.options import SPECS
+    from torchx_datapipes.ops import SPECS
 
     for spec in SPECS.values():
         for opt in spec.options:

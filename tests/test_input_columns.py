@@ -13,10 +13,9 @@ import pandas as pd
 import pytest
 from tdp_testutil import read_output, run_op
 
-from torchx_datapipes import components
+from torchx_datapipes import components, ops
 from torchx_datapipes.appdef import InvalidArgumentError
 from torchx_datapipes.formats import columns, registry, spec
-from torchx_datapipes.options import ops
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -11,7 +11,8 @@ from tdp_testutil import make_dataset, run_op, run_torchx
 
 from torchx_datapipes import components
 from torchx_datapipes.appdef import InvalidArgumentError
-from torchx_datapipes.options import REQUIRED, SPECS, OpSpec, OptionError, parse_bool
+from torchx_datapipes.ops import SPECS
+from torchx_datapipes.options import REQUIRED, OpSpec, OptionError, parse_bool
 from torchx_datapipes.runner.main import parse_args
 
 _ANNOTATION = {"str": str, "int": int, "float": float, "bool": str, "dict": Dict[str, str], "list": List[str]}

@@ -23,7 +23,7 @@ from torchx_datapipes.errors import DatapipesError
 from torchx_datapipes.io.fs import join, join_patterns, read_bytes
 from torchx_datapipes.io.manifest import read_manifest
 from torchx_datapipes.kinds import FnKind, kind_of
-from torchx_datapipes.options.defaults import config_dirs, with_defaults
+from torchx_datapipes.ops.defaults import config_dirs, with_defaults
 
 Fn = Union[Callable[..., Any], str]
 

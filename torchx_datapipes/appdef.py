@@ -37,7 +37,8 @@ from torchx_datapipes.io.fs import InputFile, check_disjoint, check_io_disjoint,
 from torchx_datapipes.io.lease import refuse_if_held
 from torchx_datapipes.io.manifest import has_success, success_url
 from torchx_datapipes.io.ownership import check_writable, refuse_foreign
-from torchx_datapipes.options import SPECS, OptionError
+from torchx_datapipes.ops import SPECS
+from torchx_datapipes.options import OptionError
 from torchx_datapipes.secrets import mask_url, public_url
 
 RUNNER_MODULE = "torchx_datapipes.runner"

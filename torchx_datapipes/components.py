@@ -17,7 +17,7 @@ TorchX executes this file's source, so it uses absolute imports only and must no
 ``from __future__ import annotations``.
 
 Every argument is checked on the client before anything launches, against the option spec in
-``torchx_datapipes.options`` (one declarative spec per op; ``tests/test_options.py`` keeps these
+``torchx_datapipes.ops`` (one declarative spec per op, in its op module; ``tests/test_options.py`` keeps these
 signatures and docstrings in sync with it). Bool options are typed ``str`` on purpose: TorchX
 would turn ``--overwrite yes`` into ``False`` itself (``torchx.util.types.decode`` compares with
 "true"), so the spec parses true/false/1/0/yes/no and refuses anything else.

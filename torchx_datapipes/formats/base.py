@@ -28,7 +28,7 @@ ArrowBatches = Iterator[Tuple[Any, Sequence[int]]]  # (pyarrow.RecordBatch, line
 PlannedFile = Tuple[str, int, float]  # url, size, mtime
 BOM = b"\xef\xbb\xbf"
 SUPPORTED_COMPRESSIONS = ("gzip", "zstd", "bz2", "xz")
-DEFAULT_MAX_RECORD_MB = 64.0  # --max_record_mb: the record bound (options/ops.py documents it)
+DEFAULT_MAX_RECORD_MB = 64.0  # --max_record_mb: the record bound (ops/common.py documents it)
 
 
 def record_bytes(mb: float) -> int:

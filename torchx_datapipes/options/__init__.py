@@ -1,15 +1,10 @@
-"""One declarative option spec per op (see :mod:`torchx_datapipes.options.spec`)."""
+"""The declarative option spec (see :mod:`torchx_datapipes.options.spec`); each op's spec lives in its
+op module (``torchx_datapipes/ops/``), and ``torchx_datapipes.ops.SPECS`` maps op names to them."""
 
-from torchx_datapipes.options.ops import DEFAULT_MAX_ERROR_RATE, SPECS, SPLIT, STATS, TRANSFORM
 from torchx_datapipes.options.spec import REQUIRED, OpSpec, Option, OptionError, parse_bool
 
 __all__ = [
-    "DEFAULT_MAX_ERROR_RATE",
     "REQUIRED",
-    "SPECS",
-    "SPLIT",
-    "STATS",
-    "TRANSFORM",
     "Option",
     "OpSpec",
     "OptionError",

@@ -20,27 +20,26 @@ from torchx_datapipes.errors import DatapipesError
 from torchx_datapipes.formats.spec import encode_spec
 from torchx_datapipes.io import manifest_schema as ms
 from torchx_datapipes.io.fs import split_patterns
-from torchx_datapipes.options import SPECS
+from torchx_datapipes.ops import get_op, op_names
+from torchx_datapipes.plugins import load_ref
 from torchx_datapipes.runner.badrecords import OnError
 from torchx_datapipes.runner.engine import Op, RunConfig, run_op
 from torchx_datapipes.secrets import mask_url
 
-OPS = ("transform", "split", "stats", "validate")
-
 
 def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
-    """Parse and check the runner's arguments: the parser is built from the ops' option specs."""
+    """Parse and check the runner's arguments: one subcommand per op the registry knows (``ops/``), its
+    parser built from the op's option spec."""
     parser = argparse.ArgumentParser(prog="python -m torchx_datapipes.runner")
     sub = parser.add_subparsers(dest="op", required=True)
-    helps = {"transform": "apply a function to every record", "split": "train/val/test split",
-             "stats": "summary statistics and a report",
-             "validate": "check every record against a schema, with statistics"}  # fmt: skip
-    for op in OPS:
-        SPECS[op].add_arguments(sub.add_parser(op, help=helps[op]))
+    for name in op_names():
+        op = get_op(name)
+        op.spec.add_arguments(sub.add_parser(name, help=op.help))
     args = parser.parse_args(argv)
-    SPECS[args.op].check_runner(args)  # OptionError (a ValueError) reaches the job's error file
-    if args.op == "transform" and not args.artifact:
-        parser.error("transform needs --artifact (the packaged function)")
+    op = get_op(args.op)
+    op.spec.check_runner(args)  # OptionError (a ValueError) reaches the job's error file
+    if op.needs_fn and not args.artifact:
+        parser.error(f"{args.op} needs --artifact (the packaged function)")
     return args
 
 
@@ -110,35 +109,9 @@ def load_fn(args: argparse.Namespace) -> Optional[Callable[..., Any]]:
 
 
 def build_op(args: argparse.Namespace, cfg: RunConfig, fn: Optional[Callable[..., Any]]) -> Op:
-    if args.op == "transform":
-        from torchx_datapipes.runner.transform import TransformOp
-
-        assert fn is not None
-        memo = None
-        if args.cache:
-            from torchx_datapipes import artifact
-            from torchx_datapipes.kinds import kind_of
-            from torchx_datapipes.runner.apply import fn_name
-            from torchx_datapipes.runner.memo import Memo
-
-            sha = args.sha256 or artifact.sha256_of_url(args.artifact)
-            memo = Memo(args.cache, sha, kind_of(fn), fn_name(fn))
-        if args.state is not None:  # a queue --output: publish instead of writing parts
-            from torchx_datapipes.runner.queue_output import QueueTransformOp
-
-            return QueueTransformOp(fn, args.output, cfg.output, cfg.on_error, args.max_backlog, memo)
-        return TransformOp(fn, cfg.output, cfg.output_format, cfg.on_error, memo)
-    if args.op == "split":
-        from torchx_datapipes.runner.split import SplitOp
-
-        return SplitOp.from_args(args, cfg, fn)
-    if args.op == "validate":
-        from torchx_datapipes.runner.validate import ValidateOp
-
-        return ValidateOp.from_args(args, cfg, fn)
-    from torchx_datapipes.runner.stats import StatsOp
-
-    return StatsOp.from_args(args, cfg, fn)
+    """The engine's op for ``args.op``: the ``make_op`` its op module names (``OpDef.runner``)."""
+    build = load_ref(get_op(args.op).runner)
+    return build(args, cfg, fn)  # type: ignore[no-any-return]
 
 
 def summary(manifest: Dict[str, Any]) -> str:

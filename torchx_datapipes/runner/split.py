@@ -332,3 +332,6 @@ class SplitOp:
         if self.stratify:
             out[ms.CLASSES] = classes
         return out
+
+
+make_op = SplitOp.from_args  # the runner of ops/split.py

@@ -111,3 +111,6 @@ class StatsOp:
             }
         )
         return doc
+
+
+make_op = StatsOp.from_args  # the runner of ops/stats.py

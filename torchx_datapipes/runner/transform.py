@@ -75,3 +75,21 @@ class TransformOp:
             ms.OUTPUT: self.output,
             **({ms.CACHE: summarize(self.memo, metas)} if self.memo is not None else {}),
         }
+
+
+def make_op(args: Any, cfg: Any, fn: Optional[Callable[..., Any]]) -> Any:
+    """The transform's runner op (``ops/transform.py``): parts, or a queue when ``--state`` is given."""
+    assert fn is not None
+    memo = None
+    if args.cache:
+        from torchx_datapipes import artifact
+        from torchx_datapipes.kinds import kind_of
+        from torchx_datapipes.runner.apply import fn_name
+
+        sha = args.sha256 or artifact.sha256_of_url(args.artifact)
+        memo = Memo(args.cache, sha, kind_of(fn), fn_name(fn))
+    if args.state is not None:  # a queue --output: publish instead of writing parts
+        from torchx_datapipes.runner.queue_output import QueueTransformOp
+
+        return QueueTransformOp(fn, args.output, cfg.output, cfg.on_error, args.max_backlog, memo)
+    return TransformOp(fn, cfg.output, cfg.output_format, cfg.on_error, memo)

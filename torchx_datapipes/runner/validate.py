@@ -141,3 +141,6 @@ class ValidateOp(StatsOp):
 
 def _locator(reader: UnitReader, lines: Any) -> Callable[[int], Any]:
     return lambda i: reader.location(lines[i])
+
+
+make_op = ValidateOp.from_args  # the runner of ops/validate.py

@@ -12,7 +12,7 @@ them like values typed on the command line.
 import os
 from typing import Any, Dict, List, Mapping, Optional
 
-from torchx_datapipes.options.ops import SPECS
+from torchx_datapipes.ops import SPECS
 from torchx_datapipes.options.spec import OptionError
 
 

@@ -1,0 +1,74 @@
+"""The ops: one module each, one registry that every consumer asks.
+
+An op module (``ops/transform.py``, ``ops/split.py``, ...) declares ``OP``, an :class:`OpDef`: its
+option spec (types, defaults, checks, help of every option: the component's client-side checks,
+the runner's command line and argparse parser all derive from it), its one-line help (the
+runner's subcommand) and its runner (``"module:make_op"``: ``make_op(args, cfg, fn)`` returns the
+engine's ``Op``). The registry is the shared :class:`torchx_datapipes.plugins.Registry`: the
+built-in ops by import string (so the client never imports torch), :func:`register_op` for code,
+and the entry-point group ``torchx_datapipes.ops`` for third-party packages::
+
+    [project.entry-points."torchx_datapipes.ops"]
+    dedup = "my_pkg.dedup:OP"
+
+TorchX needs a literal component function per op (it reads signatures and docstrings):
+``components.py`` keeps one per built-in op, checked against the spec by ``tests/test_options.py``.
+"""
+
+from dataclasses import dataclass
+from typing import Iterator, Mapping, Tuple
+
+from torchx_datapipes.options.spec import OpSpec
+from torchx_datapipes.plugins import Registry
+
+ENTRY_POINT_GROUP = "torchx_datapipes.ops"
+_O = "torchx_datapipes.ops."
+_KNOWN = {name: f"{_O}{name}:OP" for name in ("transform", "split", "stats", "validate")}
+
+
+@dataclass(frozen=True)
+class OpDef:
+    """One op: its option spec, the runner subcommand's help, and ``"module:make_op"`` of its runner."""
+
+    spec: OpSpec
+    help: str
+    runner: str
+    needs_fn: bool = False  # the runner refuses to start without --artifact (transform)
+
+    @property
+    def name(self) -> str:
+        return self.spec.op
+
+
+OPS: Registry[OpDef] = Registry("op", ENTRY_POINT_GROUP, _KNOWN)
+
+
+def register_op(op: OpDef, clobber: bool = False) -> None:
+    """Make ``op`` known to the option checks, the runner's parser and help, and its dispatch."""
+    OPS.register(op.name, op, clobber)
+
+
+def get_op(name: str) -> OpDef:
+    return OPS.load(name)
+
+
+def op_names() -> Tuple[str, ...]:
+    return OPS.names()
+
+
+class _Specs(Mapping[str, OpSpec]):
+    """``SPECS[op]``: the option spec of every op the registry knows."""
+
+    def __getitem__(self, name: str) -> OpSpec:
+        if name not in OPS:
+            raise KeyError(name)
+        return get_op(name).spec
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(op_names())
+
+    def __len__(self) -> int:
+        return len(op_names())
+
+
+SPECS: Mapping[str, OpSpec] = _Specs()

@@ -1,0 +1,85 @@
+"""The ``split`` op: a reproducible train/val/test split (its option spec, help and runner)."""
+
+from torchx_datapipes.ops import OpDef
+from torchx_datapipes.ops.common import (
+    INPUT_HELP,
+    RUNNER_ONLY,
+    data_options,
+    io_options,
+    launch_options,
+    ship_options,
+)
+from torchx_datapipes.options import checks as c
+from torchx_datapipes.options.spec import OpSpec, Option
+
+SPLIT = OpSpec(
+    "split",
+    (
+        *io_options(INPUT_HELP, "output directory"),
+        Option(
+            "fractions",
+            "str",
+            "train=0.8,val=0.1,test=0.1",
+            "named fractions in (0, 1] summing to 1, e.g. train=0.8,val=0.1,test=0.1",
+            check=c.fractions,
+        ),
+        Option(
+            "key",
+            "str",
+            None,
+            "field(s) whose value decides the split, e.g. id or user_id,session; default: the whole"
+            " record (exact"
+            " duplicates always land in the same split)",
+            optional=True,
+            check=c.key_fields,
+        ),
+        Option(
+            "method",
+            "str",
+            "hash",
+            "hash (stable: a record's split depends only on seed and key, appending files moves"
+            " nothing) or exact"
+            " (exact counts by largest remainder; needs a counting pass)",
+            choices=c.SPLIT_METHODS,
+        ),
+        Option(
+            "stratify",
+            "str",
+            None,
+            "a class field; every class is split in the given proportions",
+            optional=True,
+        ),
+        Option(
+            "seed",
+            "int",
+            0,
+            "changes the assignment; the same seed always gives the same split",
+            check=c.between(0, (1 << 64) - 1),
+        ),
+        Option(
+            "fn",
+            "str",
+            None,
+            "optional transform applied before splitting (file.py:fn, pkg.module:fn or artifact URL)",
+            optional=True,
+            runner=False,
+        ),
+        *data_options(
+            1024,
+            "records per batch",
+            "raise (stop at the first bad record) or skip (write bad records to OUTPUT/_errors/)",
+        ),
+        *ship_options(
+            "where the client uploads the fn artifact (s3://... for clusters)",
+            "how fn is shipped: cloudpickle, torch.package or module",
+        ),
+        *launch_options("/split"),
+        *RUNNER_ONLY,
+    ),
+)
+
+OP = OpDef(
+    SPLIT,
+    help="train/val/test split",
+    runner="torchx_datapipes.runner.split:make_op",
+)
