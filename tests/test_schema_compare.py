@@ -53,7 +53,8 @@ def test_random_halves_do_not_drift_and_other_populations_do(tmp_path: Path, n: 
     recs = table(n, seed=1)
     a, b = halves(recs, seed=2)
     da, db = stats_dir(tmp_path / "a", a), stats_dir(tmp_path / "b", b)
-    dc = stats_dir(tmp_path / "c", table(n // 2, seed=3, shift=0.3, skew=0.5))
+    # (shift 0.5: with the Holm correction across fields, a weak shift at n=400 is no longer called drift)
+    dc = stats_dir(tmp_path / "c", table(n // 2, seed=3, shift=0.5, skew=0.5))
     same = {d.field: d for d in compare_docs(json.loads((da / "stats.json").read_text()),
                                              json.loads((db / "stats.json").read_text()))}  # fmt: skip
     methods = {"price": "ks", "age": "ks", "city": "chi2", "flag": "chi2"}

@@ -7,6 +7,7 @@ through :meth:`RecordChecker.check_column` on their Python values, as the stats 
 
 from __future__ import annotations
 
+import math
 from typing import Any, Optional
 
 import numpy as np
@@ -47,11 +48,13 @@ def check_arrow(checker: RecordChecker, batch: Any, locate: Locate, only: Option
         if col.null_count and fs.required:
             _add(found, name, "missing_field", _np(pc.is_null(col)), col, locate)
         if fs.type and kind not in checker.kinds[name]:
-            mask = _np(pc.is_valid(col))
-            if kind == "string" and checker.kinds[name] & {"int", "float"}:  # a number column with text in it
-                wrong = np.array([v is not None and not _is_number(v) for v in col.to_pylist()], dtype=bool)
-                mask = wrong if wrong.any() else mask
-            _add(found, name, "type_mismatch", mask, col, locate)
+            if kind == "string" and checker.kinds[name] & {"int", "float"}:
+                _number_text(checker, name, col, locate)
+                continue
+            if kind == "float" and "int" in checker.kinds[name]:
+                _fractions(checker, name, col, locate)
+                continue
+            _add(found, name, "type_mismatch", _np(pc.is_valid(col)), col, locate)
             continue
         if kind in ("int", "float"):
             _numeric(checker, name, col, kind, locate)
@@ -66,8 +69,12 @@ def check_arrow(checker: RecordChecker, batch: Any, locate: Locate, only: Option
                 Found._add_values(item["values"], pc.filter(col, pa.array(mask)).to_pylist())
 
 
-def _numeric(checker: RecordChecker, name: str, col: Any, kind: str, locate: Locate) -> None:
+def _numeric(
+    checker: RecordChecker, name: str, col: Any, kind: str, locate: Locate, shown: Any = None
+) -> None:
+    """Range, NaN and ±inf rules of a numeric column; examples show ``shown`` (default: ``col``)."""
     fs = checker.schema.fields[name]
+    shown = col if shown is None else shown
     if fs.allow_nan and fs.allow_inf and fs.min is None and fs.max is None:
         return
     arr = np.asarray(col.to_numpy(zero_copy_only=False), dtype=np.float64)  # nulls become NaN
@@ -77,7 +84,7 @@ def _numeric(checker: RecordChecker, name: str, col: Any, kind: str, locate: Loc
     if kind == "float" and not finite[valid].all():
         nan = np.isnan(arr) & valid
         if not fs.allow_nan and nan.any():
-            _add(checker.found, name, "nan_present", nan, col, locate)
+            _add(checker.found, name, "nan_present", nan, shown, locate)
         if not fs.allow_inf:
             out |= np.isinf(arr)
     if fs.min is not None:
@@ -85,15 +92,55 @@ def _numeric(checker: RecordChecker, name: str, col: Any, kind: str, locate: Loc
     if fs.max is not None:
         out |= finite & (arr > fs.max)
     if out.any():
-        _add(checker.found, name, "out_of_range", out, col, locate)
+        _add(checker.found, name, "out_of_range", out, shown, locate)
 
 
-def _is_number(text: str) -> bool:
+def _number_text(checker: RecordChecker, name: str, col: Any, locate: Locate) -> None:
+    """A number column read as text: one word in the file types the whole column ``string`` in every
+    batch, so each cell is judged by its text. Only the cells that are not numbers of the schema's
+    type are ``type_mismatch`` (one word: one anomaly, its line and value); the numbers among them
+    still get the numeric rules (range, NaN, ±inf), as they would in a clean file."""
+    allowed = checker.kinds[name]
+    texts = col.to_pylist()
+    nums: list[float | None] = [None] * len(texts)
+    wrong = np.zeros(len(texts), dtype=bool)
+    for i, v in enumerate(texts):
+        if v is None:
+            continue
+        kind, num = _text_number(v)
+        if kind is None or kind not in allowed:
+            wrong[i] = True
+        else:
+            nums[i] = num
+    _add(checker.found, name, "type_mismatch", wrong, col, locate)
+    if any(n is not None for n in nums):
+        _numeric(checker, name, pa.array(nums, type=pa.float64()), "float", locate, shown=col)
+
+
+def _fractions(checker: RecordChecker, name: str, col: Any, locate: Locate) -> None:
+    """An int column read as float (one ``12.5`` in the file types the whole column ``double``): only
+    the values that are not whole numbers are ``type_mismatch``; the others get the numeric rules."""
+    arr = np.asarray(col.to_numpy(zero_copy_only=False), dtype=np.float64)
+    valid = _np(pc.is_valid(col))
+    with np.errstate(invalid="ignore"):
+        whole = np.isfinite(arr) & (np.floor(arr) == arr)
+    wrong = valid & ~whole
+    _add(checker.found, name, "type_mismatch", wrong, col, locate)
+    if (valid & whole).any():
+        _numeric(checker, name, pc.if_else(pa.array(wrong), pa.scalar(None, col.type), col), "int", locate)
+
+
+def _text_number(text: str) -> tuple[str | None, float]:
+    """``("int" | "float", value)`` of a number's text, ``(None, nan)`` for anything else."""
     try:
-        float(text)
+        value = float(text)  # an integer beyond float's range reads as ±inf, never raises
     except ValueError:
-        return False
-    return True
+        return None, math.nan
+    try:
+        int(text)
+    except ValueError:
+        return "float", value
+    return "int", value
 
 
 def _np(mask: Any) -> Any:

@@ -8,7 +8,7 @@ from typing import Any
 import fsspec
 
 from torchx_datapipes.errors import DatapipesError
-from torchx_datapipes.schema.drift import Drift, compare_field, decide
+from torchx_datapipes.schema.drift import Drift, compare_field, correct, decide
 from torchx_datapipes.schema.model import Schema
 
 STATS_JSON = "stats.json"
@@ -65,7 +65,8 @@ def _names(doc: dict[str, Any], limit: int = 8) -> str:
 
 
 def compare_docs(a: dict[str, Any], b: dict[str, Any], schema: Schema | None = None) -> list[Drift]:
-    """Every field of either document, baseline ``a`` against current ``b``."""
+    """Every field of either document, baseline ``a`` against current ``b``; the fields' test
+    p-values are Holm-adjusted together (:func:`~torchx_datapipes.schema.drift.correct`)."""
     out = []
     names = list(dict.fromkeys([*a.get("fields", {}), *b.get("fields", {})]))
     for name in names:
@@ -91,7 +92,7 @@ def compare_docs(a: dict[str, Any], b: dict[str, Any], schema: Schema | None = N
         method = fs.drift_method if fs is not None else "auto"
         decide(d, method, fs.drift_threshold if fs is not None else None)
         out.append(d)
-    return out
+    return correct(out)  # many fields tested at once: Holm across them
 
 
 def table(drifts: list[Drift]) -> str:

@@ -93,6 +93,10 @@ _METHOD_NAMES = {
 
 def drift_text(d: Drift) -> str:
     what = _METHOD_NAMES[d.method]
+    if d.correction == "holm":
+        what += (
+            f" (Holm-adjusted over {d.tests} tested fields; raw {d.distances.get(d.method + '_p') or 0:.4g})"
+        )
     rel = "<" if d.method in ("ks", "chi2") else ">"
     err = d.errors.get(d.method)
     pm = f" ± {err:.2g}" if err else ""
@@ -116,7 +120,16 @@ def _describe(
         return f"{name!r} is not in the schema; {n:,} records have it (add it to the schema if expected)"
     assert fs is not None
     if kind == "type_mismatch":
-        seen = ", ".join(f"{k} {v:,}" for k, v in f.get("types", {}).items() if k != "null")
+        types = {k: int(v) for k, v in f.get("types", {}).items() if k != "null"}
+        seen = ", ".join(f"{k} {v:,}" for k, v in types.items())
+        read = next(iter(types)) if len(types) == 1 else ""  # CSV: one word makes a whole column text
+        numeric = set(fs.type) & {"int", "float"}
+        if numeric and read in ("string", "float") and read not in fs.type and 0 < n < types[read]:
+            return (
+                f"{n:,} values are not {' or '.join(fs.type)} (types seen: {seen}; the column was read as"
+                f" {read} because of them, its other {types[read] - n:,} values are numbers and were checked"
+                " as such)"
+            )
         return f"{n:,} values are not {' or '.join(fs.type)} (types seen: {seen})"
     if kind == "out_of_range":
         lo = "-∞" if fs.min is None else f"{fs.min:g}"
