@@ -72,13 +72,14 @@ class GroupConsumer:
         self.held: Dict[Any, Delivery] = {}  # unacked deliveries (the heartbeat keeps them ours)
         self.lock = threading.Lock()
         self.receipts = receipts
+        self.worker = receipts is not None  # a DataLoader worker (its parent is the trainer)
         self.awaiting: Dict[str, Tuple[Delivery, Header]] = {}  # yielded, waiting for the main's done
         self.parked: Dict[int, Tuple[Delivery, Header, int]] = {}  # redelivered, owner alive: not delivered
         self._yielded = 0
         self._parent = os.getppid()
 
     def __iter__(self) -> Iterator[Dict[str, Any]]:
-        beat = Heartbeat(self.broker, self.group, self.name, self.held, self.lock)
+        beat = Heartbeat(self.broker, self.group, self.name, self.held, self.lock, self.worker)
         beat.start()
         ended = False
         try:
@@ -117,6 +118,8 @@ class GroupConsumer:
         last_log = time.monotonic()
         idle_since: Optional[int] = None  # log position when this consumer last ran out of messages
         while True:
+            if self.worker and os.getppid() != self._parent:
+                return  # a DataLoader worker whose trainer died: fetch and claim nothing more
             self._settle()
             for item in self._unpark():
                 yield from self._deliver(*item)
@@ -268,7 +271,7 @@ class GroupConsumer:
         the group log; a trainer that died ends the wait, and its messages go to the group again)."""
         block = max(0.05, float(self.broker.spec.opt("block_s")))
         while self.awaiting or self.parked:
-            if os.getppid() != self._parent:
+            if self.worker and os.getppid() != self._parent:
                 return
             self._settle()
             # a parked copy is acked once its owner marks it done; one whose owner died is released
@@ -295,8 +298,18 @@ class Heartbeat(threading.Thread):
     trainer, a DataLoader asking another worker); a dead consumer's stop with it.
     """
 
-    def __init__(self, broker: Broker, group: str, name: str, held: Dict[Any, Delivery], lock: Any) -> None:
+    def __init__(
+        self,
+        broker: Broker,
+        group: str,
+        name: str,
+        held: Dict[Any, Delivery],
+        lock: Any,
+        worker: bool = False,
+    ) -> None:
+        """``worker``: a DataLoader worker, which stops beating once its trainer (its parent) died."""
         super().__init__(daemon=True, name=f"tdp-queue-heartbeat-{name}")
+        self.worker = worker
         self.spec, self.kind, self.group, self.name = broker.spec, type(broker), group, name
         self.held, self.lock = held, lock
         self.every_s = max(0.25, float(broker.spec.opt("claim_after_s")) / 4)
@@ -307,7 +320,9 @@ class Heartbeat(threading.Thread):
         ledger = Ledger(broker, self.group)
         parent = os.getppid()
         try:
-            while os.getppid() == parent:  # a DataLoader worker whose trainer died is dead too: no beat
+            # a DataLoader worker whose trainer died is dead too: no beat (a consumer in the training
+            # process itself beats on, even if its parent shell went away)
+            while not self.worker or os.getppid() == parent:
                 try:
                     with self.lock:
                         held = list(self.held.values())

@@ -58,7 +58,9 @@ class Ledger:
         self.ends: Dict[str, int] = {}  # job -> total records
         self.reports: Dict[str, Dict[str, int]] = {}  # consumer -> its last stats report
         self.holders: Dict[str, Tuple[str, str, int]] = {}  # claimed id -> (consumer, job, records)
-        self.alive_at: Dict[str, int] = {}  # consumer -> log position of its last heartbeat or claim
+        # consumer -> log position of its last heartbeat (a claim is no sign of life: a DataLoader worker
+        # orphaned by a killed trainer may still claim a message it already fetched, but beats no more)
+        self.alive_at: Dict[str, int] = {}
         self.applied = 0  # entries read so far (a position in log order, no clocks)
         self.finished_jobs: Dict[str, int] = {}  # job -> total, from compaction entries
         self.jobs_seen: Set[str] = set()  # jobs named by a claim or a done
@@ -79,7 +81,6 @@ class Ledger:
             self.jobs_seen.add(e["j"])
         if k == "c":
             self._nonces.add(e["o"])
-            self.alive_at[who] = self.applied
             if e["j"] in self.finished_jobs:
                 pass  # a late copy of a finished job's message: never delivered
             elif mid not in self.done and e.get("p", "") == self.claims.get(mid, ""):
@@ -206,8 +207,8 @@ class Ledger:
 
     def covered(self, me: str, since: int, mine: Optional[Dict[str, int]] = None) -> bool:
         """Every job with an end marker is done, or the rest is held by consumers (not ``me``) that showed
-        life (a heartbeat or a claim) after log position ``since``: a consumer that died holding messages
-        beats no more, so the others wait for the broker to hand its messages over. ``mine``: records
+        life (a heartbeat) after log position ``since``: a consumer that died holding messages beats no
+        more, so the others wait for the broker to hand its messages over. ``mine``: records
         (per job) ``me`` yielded and waits receipts for (they may sit in its DataLoader's unfinished
         batch, which only ending this consumer sends)."""
         if not self.ends:
