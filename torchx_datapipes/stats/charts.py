@@ -7,13 +7,28 @@ Field names and values are data, never markup: every Text that can carry them is
 ``parse_math=False`` and ``usetex=False`` (:data:`_PLAIN`), so ``$\\foo$`` or ``$x^2$`` is drawn as
 typed instead of being parsed as mathtext (which raised ``ValueError: Unknown symbol``) or sent
 to LaTeX. Numeric tick labels keep matplotlib's own formatting (its offsets use mathtext).
+
+A chart costs ~50-100 ms of matplotlib (artists, text layout, Agg, PNG), so a report of many
+charts draws them with :func:`draw_all`: a share in this process and the rest in helper
+interpreters (``python -c``, this module imported from the caller's ``sys.path``; jobs and PNGs
+pickled over pipes), one per spare core. Plain subprocesses rather than ``multiprocessing``: a
+spawned pool would re-import the caller's ``__main__`` (the runner, with torch) in every helper,
+and fork is unsafe in a process that holds threads. A helper that fails is retried here, with a
+warning.
 """
 
 from __future__ import annotations
 
 import io
+import json
+import os
+import pickle
 import re
-from typing import Any
+import subprocess
+import sys
+import threading
+import warnings
+from typing import Any, Callable
 
 try:
     from matplotlib.backends.backend_agg import FigureCanvasAgg
@@ -154,3 +169,93 @@ def _png(fig: Figure) -> bytes:
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=_DPI)
     return buf.getvalue()
+
+
+# ---- many charts: (kind, label, section) jobs, drawn here and in helper interpreters -------------
+
+ChartJob = tuple[str, str, dict[str, Any]]
+"""One chart to draw: its kind (a key of :data:`DRAW`), its field label and its stats section."""
+
+DRAW: dict[str, Callable[[str, dict[str, Any]], bytes]] = {
+    "bars": value_bars_png,
+    "hist": histogram_png,
+    "time": time_histogram_png,
+    "topk": top_k_png,
+}
+MIN_CHARTS_PER_HELPER = 24  # a helper costs ~1 s to start (matplotlib's import): ~16 charts' time
+MAX_HELPERS = 3
+
+
+def draw(job: ChartJob) -> bytes:
+    """The PNG of one job."""
+    kind, label, section = job
+    return DRAW[kind](label, section)
+
+
+def draw_all(jobs: list[ChartJob], helpers: int | None = None) -> list[bytes]:
+    """The PNGs of ``jobs``, in order: equal shares drawn here and by ``helpers`` subprocesses.
+
+    ``helpers`` defaults to the spare cores (at most :data:`MAX_HELPERS`), none for fewer than
+    :data:`MIN_CHARTS_PER_HELPER` charts a helper (the 23 charts of a 30-column table are all
+    drawn here). The PNGs are the same whoever draws them.
+    """
+    n = _helpers(len(jobs)) if helpers is None else helpers
+    if n <= 0 or not jobs:
+        return [draw(j) for j in jobs]
+    shares = [jobs[i :: n + 1] for i in range(n + 1)]  # interleaved: similar mixes of chart kinds
+    results: list[list[bytes] | None] = [None] * (n + 1)
+    threads = [threading.Thread(target=_in_helper, args=(shares[i], results, i)) for i in range(1, n + 1)]
+    for t in threads:
+        t.start()
+    results[0] = [draw(j) for j in shares[0]]
+    for t in threads:
+        t.join()
+    out: list[bytes] = [b""] * len(jobs)
+    for i, share in enumerate(shares):
+        got = results[i]
+        if got is None or len(got) != len(share):  # the helper failed (warned): draw its share here
+            got = [draw(j) for j in share]
+        out[i :: n + 1] = got
+    return out
+
+
+def _helpers(charts: int) -> int:
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover - macOS, Windows
+        cpus = os.cpu_count() or 1
+    return max(0, min(cpus - 1, MAX_HELPERS, charts // MIN_CHARTS_PER_HELPER))
+
+
+# the helper imports this module from the caller's own sys.path (a PYTHONPATH would go before the stdlib)
+_BOOT = "import sys, json; sys.path[:] = json.loads(sys.argv[1]); import {0}; {0}._helper_main()"
+HELPER_S_PER_CHART = 5.0  # the helper's time limit: a minute, plus this per chart (~0.1 s each)
+
+
+def _in_helper(share: list[ChartJob], results: list[list[bytes] | None], slot: int) -> None:
+    """Draw ``share`` in a helper interpreter; its PNGs go to ``results[slot]`` (None if it failed)."""
+    cmd = [sys.executable, "-c", _BOOT.format(__name__), json.dumps(sys.path)]
+    try:
+        proc = subprocess.run(
+            cmd,
+            input=pickle.dumps(share, protocol=5),
+            capture_output=True,
+            timeout=60 + HELPER_S_PER_CHART * len(share),
+        )
+        if proc.returncode != 0:
+            raise OSError(f"exit code {proc.returncode}: {proc.stderr.decode(errors='replace')[-2000:]}")
+        results[slot] = pickle.loads(proc.stdout)  # our own helper's output
+    except (OSError, subprocess.TimeoutExpired, pickle.UnpicklingError, EOFError) as e:
+        warnings.warn(
+            f"a helper process drawing {len(share)} report charts failed ({e}); drawing them in this"
+            f" process instead (slower). If it persists, check that `{sys.executable} -c 'import {__name__}'`"
+            " works in this environment",
+            stacklevel=2,
+        )
+
+
+def _helper_main() -> None:
+    """A helper: pickled jobs on stdin, their pickled PNGs on stdout."""
+    jobs: list[ChartJob] = pickle.load(sys.stdin.buffer)  # from our own parent process
+    sys.stdout.buffer.write(pickle.dumps([draw(j) for j in jobs], protocol=5))
+    sys.stdout.flush()

@@ -22,7 +22,8 @@ times, nested arrays)                                               ``datetime``
                                                                     objects of formats/jsonl/codec.py
 ==========================================  ======================  ==========================
 
-A field whose name already ends in ``npy``/``json`` is not given the extension twice. The text
+A field whose name already ends in ``npy``/``json`` (lower case) is not given the extension twice;
+field names keep their case both ways (``Action`` is the member ``<key>.Action.json``). The text
 conventions are WebDataset's (``.txt`` is text, ``.cls`` a class index); a value of another type
 in such a field goes to ``.json`` rather than changing type on the way back (``"007"`` would read
 back as 7 from ``.id``). ``None`` is the member ``<key>.<field>.json`` holding ``null`` (a tar
@@ -57,9 +58,14 @@ def kind(suffix: str) -> str:
 
 
 def member_field(suffix: str) -> str:
-    """The record field a member ``<key>.<suffix>`` holds (the writer's ``.npy``/``.json`` dropped)."""
+    """The record field a member ``<key>.<suffix>`` holds (the writer's ``.npy``/``.json`` dropped).
+
+    The value extension is recognised in any case, as :func:`kind` decodes it (a third-party
+    ``meta.JSON`` is the field ``meta``, as the ``webdataset`` package names it); every other
+    part of the suffix keeps its case, so a field ``Action`` reads back as ``Action``.
+    """
     head, dot, last = suffix.rpartition(".")
-    return head if dot and last in ("npy", "json") else suffix
+    return head if dot and last.lower() in ("npy", "json") else suffix
 
 
 def _is_int(v: Any) -> bool:
@@ -89,7 +95,10 @@ def _plain(v: Any) -> Any:
 
 def member(key: str, field: str, v: Any) -> Tuple[str, bytes]:
     """The member name and bytes of one field value."""
-    last = field.rsplit(".", 1)[-1].lower()
+    # the value extension is not added twice only when the field already ends in it as written
+    # (``x.npy``); ``x.NPY`` gets ``.npy`` too, so that it reads back as ``x.NPY``, not as ``x``
+    exact = field.rsplit(".", 1)[-1]
+    last = exact.lower()
     if isinstance(v, _BYTES):
         if kind(field) != "bytes":
             raise ValueError(
@@ -103,12 +112,12 @@ def member(key: str, field: str, v: Any) -> Tuple[str, bytes]:
             raise TypeError(f"an array of dtype {arr.dtype} cannot be written as .npy without pickle")
         buf = io.BytesIO()
         np.lib.format.write_array(buf, arr, allow_pickle=False)
-        return (f"{key}.{field}" if last == "npy" else f"{key}.{field}.npy"), buf.getvalue()
+        return (f"{key}.{field}" if exact == "npy" else f"{key}.{field}.npy"), buf.getvalue()
     if last in TEXT_EXTS and isinstance(v, str):
         return f"{key}.{field}", v.encode()
     if last in INT_EXTS and _is_int(v):
         return f"{key}.{field}", str(int(v)).encode()
-    return (f"{key}.{field}" if last == "json" else f"{key}.{field}.json"), _json(v)
+    return (f"{key}.{field}" if exact == "json" else f"{key}.{field}.json"), _json(v)
 
 
 def decode(suffix: str, data: bytes) -> Any:

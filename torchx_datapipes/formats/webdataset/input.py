@@ -2,7 +2,10 @@
 
 One record per sample, ``{"__key__": key, "<field>": value, ...}``, grouped as the
 ``webdataset`` package groups them (``tariterators.base_plus_ext``/``group_by_keys``): the key
-is the member path up to the first dot of its basename, the extension is the rest, lower-cased;
+is the member path up to the first dot of its basename, the extension is the rest, its case kept
+(``webdataset`` lower-cases it, but our writer writes field names as member suffixes, so
+``Action``/``idNum`` must come back as written, as ``OutputDataset`` reads them; a third-party
+``.JPG`` is the field ``JPG``; which decoder applies is decided case-insensitively);
 consecutive members with the same key form one sample; non-regular members and
 ``__meta__``-style names are skipped (symlink and hardlink members are counted as
 ``skipped_members`` in the manifest and logged). Members are decoded by the codec our WebDataset
@@ -33,7 +36,7 @@ _META = re.compile(r"__[^/]*__($|/)")
 
 def split_name(name: str) -> Tuple[Optional[str], Optional[str]]:
     m = _KEY.match(name)
-    return (m.group(1), m.group(2).lower()) if m else (None, None)
+    return (m.group(1), m.group(2)) if m else (None, None)
 
 
 class WebDatasetFormat(InputFormat):
