@@ -287,7 +287,8 @@ def stats(
     """Compute one-pass, mergeable summary statistics of a data set and an HTML report.
 
     Writes ``OUTPUT/stats.json`` (schema in docs/stats-schema.md), ``OUTPUT/report.html`` (a
-    self-contained page with a histogram per numeric field and a top-k chart per string field),
+    self-contained page with a histogram per numeric field and a top-k chart per string field, for the
+    first 100 fields),
     ``OUTPUT/stats.md`` and ``OUTPUT/_SUCCESS`` last.
 
     Args:
