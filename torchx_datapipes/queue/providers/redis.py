@@ -141,7 +141,7 @@ class RedisBroker(Broker):
 
     def _log_trim(self, group: str) -> int:
         pos = self._log_pos.get(group)
-        return int(self.r.xtrim(self._log_key(group), minid=pos)) if pos else 0
+        return int(self.r.xtrim(self._log_key(group), minid=pos, approximate=False)) if pos else 0
 
     def _delete(self, groups: Sequence[str]) -> None:
         keys = [self.spec.name, *self.r.scan_iter(match=f"{self.spec.name}:log:*")]
