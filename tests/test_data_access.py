@@ -1,6 +1,7 @@
 """Map-style access, the torchdata node, pickling into workers, read-ahead shutdown, caching, s3."""
 
 import gc
+import itertools
 import pickle
 import subprocess
 import sys
@@ -17,7 +18,7 @@ from s3_fixture import S3Server
 from torch.utils.data import DataLoader
 from torchdata.nodes import Batcher, Loader
 
-from torchx_datapipes.data import OutputDataset, OutputMapDataset, merge_states
+from torchx_datapipes.data import OutputDataset, OutputMapDataset, _prefetch, merge_states
 from torchx_datapipes.formats import chunks as _formats
 from torchx_datapipes.formats import registry as _registry
 from torchx_datapipes.formats.parquet import reader as _parquet
@@ -112,24 +113,28 @@ def test_spawned_and_forkserver_workers(outs: dict, context: str) -> None:
 
 
 def _read_ahead_threads() -> List[threading.Thread]:
-    return [t for t in threading.enumerate() if t.name == "tdp-read-ahead"]
+    return [t for t in threading.enumerate() if t.name == _prefetch.THREAD_NAME]
 
 
 def test_read_ahead_thread_stops_after_an_early_break(tmp_path: Path) -> None:
+    """An abandoned iterator's job stops and its pooled thread is reused (pooled threads never exit:
+    a thread exiting in a forked worker crashed Arrow's jemalloc, see ``data/_prefetch.py``)."""
     out = transform_output(tmp_path, [5000, 4000], "jsonl")  # several chunks
     ds = OutputDataset(out, read_ahead=1)
-    gc.collect()  # iterators other tests abandoned stop their threads when collected
-    before = set(_read_ahead_threads())
+    gc.collect()  # iterators other tests abandoned stop their jobs when collected
+    busy = set(_prefetch._LIVE)
     it = iter(ds)
     assert next(it)["id"] == 0
-    mine = set(_read_ahead_threads()) - before
-    assert len(mine) == 1
+    (worker,) = set(_prefetch._LIVE) - busy
     del it
     gc.collect()
     deadline = time.monotonic() + 10
-    while any(t.is_alive() for t in mine) and time.monotonic() < deadline:
+    while worker not in _prefetch._IDLE and time.monotonic() < deadline:
         time.sleep(0.02)
-    assert not any(t.is_alive() for t in mine)
+    assert worker in _prefetch._IDLE and worker.idle.is_set() and worker not in _prefetch._LIVE
+    threads = set(_read_ahead_threads())
+    assert [r["id"] for r in itertools.islice(iter(ds), 3)] == [0, 1, 2]  # a pooled thread, no new one
+    assert set(_read_ahead_threads()) == threads and worker.thread.is_alive()
     code = (
         "from torchx_datapipes.data import OutputDataset\n"
         f"it = iter(OutputDataset({out!r}, read_ahead=2))\n"

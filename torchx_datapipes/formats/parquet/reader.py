@@ -35,7 +35,10 @@ def _fork_safe_pool() -> None:
     DataLoader workers are forked from it, and a worker's thread that read Parquet (the read-ahead
     thread) crashed the worker when it exited, in Arrow's bundled jemalloc per-thread cleanup
     (``je_tsd_cleanup``, from a core dump): about 4% of resumed StatefulDataLoader epochs over a
-    Parquet output in a stress loop, none in 48 with the system pool."""
+    Parquet output in a stress loop. This pool alone did not prevent it (3 of 60 epochs still
+    crashed with it, in a later loop); what did is that read-ahead threads never exit
+    (``data/_prefetch.py``: 0 of 80). The pool stays: it keeps the workers off jemalloc's state
+    inherited through ``fork``."""
     import os
 
     import pyarrow as pa
