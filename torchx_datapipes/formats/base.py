@@ -21,7 +21,7 @@ from torchx_datapipes.io.streams import open_capped
 from torchx_datapipes.plugins import missing_extra
 
 if TYPE_CHECKING:
-    from torchx_datapipes.formats.reading import UnitReader
+    from torchx_datapipes.formats.readstate import ReadState
 
 Batches = Iterator[Tuple[List[Any], Sequence[int]]]
 ArrowBatches = Iterator[Tuple[Any, Sequence[int]]]  # (pyarrow.RecordBatch, lines)
@@ -147,21 +147,21 @@ class InputFormat:
 
     columnar: ClassVar[bool] = False  # read_arrow gives typed pyarrow record batches
 
-    def read(self, reader: "UnitReader") -> Batches:
+    def read(self, reader: "ReadState") -> Batches:
         raise NotImplementedError
 
-    def read_arrow(self, reader: "UnitReader") -> ArrowBatches:
+    def read_arrow(self, reader: "ReadState") -> ArrowBatches:
         """The records as typed ``pyarrow.RecordBatch`` es (formats with ``columnar = True``)."""
         raise NotImplementedError(f"the {self.name} format has no columnar reader; use read()")
 
-    def absolute(self, reader: "UnitReader", line: int) -> int:
+    def absolute(self, reader: "ReadState", line: int) -> int:
         """The file's line (row, sample) number for a unit-local one."""
         return line
 
-    def location(self, reader: "UnitReader", line: int) -> Tuple[str, int]:
+    def location(self, reader: "ReadState", line: int) -> Tuple[str, int]:
         """``(file, line)`` of a unit-local location: formats whose units span files override it."""
         return reader.unit.path, self.absolute(reader, line)
 
-    def members(self, reader: "UnitReader", line: int) -> Optional[str]:
+    def members(self, reader: "ReadState", line: int) -> Optional[str]:
         """The archive members of a unit-local record, for errors: formats reading archives override it."""
         return None

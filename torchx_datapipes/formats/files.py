@@ -27,7 +27,7 @@ from torchx_datapipes.formats.unit import Unit
 from torchx_datapipes.io.fs import is_plain_local
 
 if TYPE_CHECKING:
-    from torchx_datapipes.formats.reading import UnitReader
+    from torchx_datapipes.formats.readstate import ReadState
 
 MEDIA = (
     ".png", ".jpg", ".jpeg", ".webp", ".gif", ".bmp", ".tif", ".tiff", ".ico", ".heic", ".avif",
@@ -83,11 +83,11 @@ class FilesFormat(InputFormat):
     def _files(unit: Unit) -> List[Any]:
         return list((unit.read or {}).get("files") or [[unit.path, unit.size, unit.mtime]])
 
-    def location(self, reader: "UnitReader", line: int) -> Tuple[str, int]:
+    def location(self, reader: "ReadState", line: int) -> Tuple[str, int]:
         files = self._files(reader.unit)
         return (str(files[line - 1][0]), 1) if 1 <= line <= len(files) else (reader.unit.path, line)
 
-    def read(self, reader: "UnitReader") -> Batches:
+    def read(self, reader: "ReadState") -> Batches:
         recs: List[Any] = []
         rows: List[int] = []
         done = 0

@@ -29,7 +29,7 @@ from torchx_datapipes.formats.unit import Unit
 from torchx_datapipes.io.streams import CorruptError, TruncatedError
 
 if TYPE_CHECKING:
-    from torchx_datapipes.formats.reading import UnitReader
+    from torchx_datapipes.formats.readstate import ReadState
 
 _PEEK = 1 << 16
 _DRAIN = 1 << 22
@@ -65,7 +65,7 @@ class JsonFormat(InputFormat):
                 units.append(Unit(0, path, size, format=self.name, mtime=mtime))
         return units
 
-    def read(self, reader: "UnitReader") -> Batches:
+    def read(self, reader: "ReadState") -> Batches:
         u = reader.unit
         limit = reader.max_record
         with open_unit_stream(u.path, u.size) as (fh, raw):
@@ -129,7 +129,7 @@ class JsonFormat(InputFormat):
 FORMAT = Format("json", input=JsonFormat, doc="a JSON array of objects (or one object) per file")
 
 
-def _renamed(reader: "UnitReader", data: bytes, doc: Any) -> Any:
+def _renamed(reader: "ReadState", data: bytes, doc: Any) -> Any:
     """``doc`` parsed again with the keys its objects repeat renamed; each item's renames warned."""
     new, found = dupkeys.renamed(data)
     if not found:

@@ -21,7 +21,7 @@ from torchx_datapipes.formats.jsonl.codec import TAG_BYTES, BadTag, decode_tags
 from torchx_datapipes.io.streams import CorruptError, TruncatedError
 
 if TYPE_CHECKING:
-    from torchx_datapipes.formats.reading import UnitReader
+    from torchx_datapipes.formats.readstate import ReadState
 
 _CHUNK = 1 << 22
 _HEAD = 2000  # bytes of a line over the record bound kept for its error
@@ -55,10 +55,10 @@ class _LineFormat(InputFormat):
     splittable = True
     jsonl = True
 
-    def read(self, reader: "UnitReader") -> Batches:
+    def read(self, reader: "ReadState") -> Batches:
         return _lines(reader, self.jsonl)
 
-    def absolute(self, reader: "UnitReader", line: int) -> int:
+    def absolute(self, reader: "ReadState", line: int) -> int:
         if reader.unit.start == 0:
             return line
         if reader._line_offset is None:
@@ -110,7 +110,7 @@ def _split_long(first: int, parts: List[bytes], big: FrozenSet[int], limit: int)
         yield first + done, parts[done:], big
 
 
-def _raw_chunks(r: "UnitReader", fh: IO[bytes], raw: Any) -> Iterator[Chunk]:
+def _raw_chunks(r: "ReadState", fh: IO[bytes], raw: Any) -> Iterator[Chunk]:
     """Yield ``(first line number, lines, those that may hold big ints)`` for lines starting in the unit.
 
     A line over the record bound (``r.max_record``) is yielded as a :class:`_Long` instead, and
@@ -191,7 +191,7 @@ def _raw_chunks(r: "UnitReader", fh: IO[bytes], raw: Any) -> Iterator[Chunk]:
     r.bytes_done = r.unit.nbytes
 
 
-def _count_newlines(r: "UnitReader", upto: int) -> int:
+def _count_newlines(r: "ReadState", upto: int) -> int:
     with open_unit_stream(r.unit.path, r.unit.size) as (fh, _):
         n, left = 0, upto
         while left > 0:
@@ -211,7 +211,7 @@ def _skip(_raw: bytes) -> None:
 
 
 def _checked(
-    r: "UnitReader", recs: List[Any], lines: Optional[List[int]], base: int, raws: List[bytes]
+    r: "ReadState", recs: List[Any], lines: Optional[List[int]], base: int, raws: List[bytes]
 ) -> Tuple[List[Any], Optional[List[int]]]:
     """A batch of JSON Lines records as parsed, checked: the keys an object repeats renamed
     (``dupkeys``), then tagged objects (formats/jsonl/codec.py: tensors, Decimal, dates) decoded, in
@@ -224,7 +224,7 @@ def _checked(
 
 
 def _rename_repeated(
-    r: "UnitReader", recs: List[Any], lines: Optional[List[int]], base: int, raws: List[bytes], joined: bytes
+    r: "ReadState", recs: List[Any], lines: Optional[List[int]], base: int, raws: List[bytes], joined: bytes
 ) -> List[Any]:
     """``recs`` with the keys an object repeats renamed (``x``, ``x.1``; ``dupkeys``), each warned.
 
@@ -248,7 +248,7 @@ def _rename_repeated(
 
 
 def _decode_tagged(
-    r: "UnitReader", recs: List[Any], lines: Optional[List[int]], base: int, raws: List[bytes]
+    r: "ReadState", recs: List[Any], lines: Optional[List[int]], base: int, raws: List[bytes]
 ) -> Tuple[List[Any], Optional[List[int]]]:
     """The records of lines holding the tag bytes, their tagged objects decoded; one that does not
     decode is a bad record."""
@@ -267,7 +267,7 @@ def _decode_tagged(
     return (keep_recs, lines) if len(keep_recs) == len(recs) else (keep_recs, keep_lines)
 
 
-def _lines(r: "UnitReader", jsonl: bool) -> Batches:
+def _lines(r: "ReadState", jsonl: bool) -> Batches:
     # Hot loop. Line numbers of a batch are a ``range`` until a blank or bad line breaks the
     # run; only then is an explicit list built.
     size = r.batch_size

@@ -32,7 +32,7 @@ from torchx_datapipes.formats.unit import Unit
 from torchx_datapipes.io.streams import CorruptError, TruncatedError
 
 if TYPE_CHECKING:
-    from torchx_datapipes.formats.reading import UnitReader
+    from torchx_datapipes.formats.readstate import ReadState
 
 try:
     import pyarrow as pa
@@ -178,13 +178,13 @@ class CsvFormat(InputFormat):
             units.append(Unit(0, path, size, format=self.name, mtime=mtime, read=read))
         return units
 
-    def read(self, reader: "UnitReader") -> Batches:
+    def read(self, reader: "ReadState") -> Batches:
         for table, lines in self.read_arrow(reader):
             recs = table.to_pylist()
             for i in range(0, len(recs), reader.batch_size):
                 yield recs[i : i + reader.batch_size], lines[i : i + reader.batch_size]
 
-    def read_arrow(self, reader: "UnitReader") -> ArrowBatches:
+    def read_arrow(self, reader: "ReadState") -> ArrowBatches:
         """Typed record batches (bad rows left out, reported to ``reader``) and their file lines."""
         _need_pyarrow()
         u = reader.unit
@@ -210,7 +210,7 @@ class CsvFormat(InputFormat):
 
     def _read(
         self,
-        reader: "UnitReader",
+        reader: "ReadState",
         fh: Any,
         schema: List[Tuple[str, str]],
         na: List[str],
@@ -231,7 +231,7 @@ class CsvFormat(InputFormat):
         self._lines(reader, parse, -1, ncols, header)
 
     @staticmethod
-    def _lines(reader: "UnitReader", parse: _Parse, n: int, ncols: int, header: str) -> List[int]:
+    def _lines(reader: "ReadState", parse: _Parse, n: int, ncols: int, header: str) -> List[int]:
         """The first lines of the next ``n`` rows (all remaining records when ``n`` < 0)."""
         out, odd, blank = parse.lines.take(n, ncols)
         reader.blank += blank
@@ -246,7 +246,7 @@ class CsvFormat(InputFormat):
 
     @staticmethod
     def _typed(
-        reader: "UnitReader",
+        reader: "ReadState",
         batch: Any,
         kinds: Dict[str, str],
         lines: List[int],

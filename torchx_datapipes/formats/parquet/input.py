@@ -18,7 +18,7 @@ from torchx_datapipes.formats.base import (
 from torchx_datapipes.formats.unit import Unit
 
 if TYPE_CHECKING:
-    from torchx_datapipes.formats.reading import UnitReader
+    from torchx_datapipes.formats.readstate import ReadState
 
 
 @contextlib.contextmanager
@@ -76,15 +76,15 @@ class ParquetFormat(InputFormat):
             )
         return units
 
-    def read(self, reader: "UnitReader") -> Batches:
+    def read(self, reader: "ReadState") -> Batches:
         for batch, lines in self._batches(reader, reader.batch_size):
             yield _records(batch), list(lines)
 
-    def read_arrow(self, reader: "UnitReader") -> ArrowBatches:
+    def read_arrow(self, reader: "ReadState") -> ArrowBatches:
         return self._batches(reader, max(reader.batch_size, _COLUMNAR_ROWS))
 
     @staticmethod
-    def _batches(reader: "UnitReader", rows: int) -> ArrowBatches:
+    def _batches(reader: "ReadState", rows: int) -> ArrowBatches:
         import pyarrow as pa
 
         rg = reader.unit.row_group
@@ -111,7 +111,7 @@ def _renamed(schema: Any) -> Any:
     return pa.schema([f.with_name(n) for f, n in zip(schema, names)], metadata=schema.metadata)
 
 
-def _damaged(reader: "UnitReader", pf: Any, rg: int, first: int, row: int, e: Exception) -> None:
+def _damaged(reader: "ReadState", pf: Any, rg: int, first: int, row: int, e: Exception) -> None:
     """A row group that cannot be decoded (a corrupt page): a bad unit naming the row group and column."""
     meta = pf.metadata.row_group(rg)
     columns = _failing_columns(pf, rg)

@@ -28,7 +28,7 @@ from torchx_datapipes.formats.webdataset.codec import decode, kind, member_field
 from torchx_datapipes.io.streams import CorruptError, TruncatedError
 
 if TYPE_CHECKING:
-    from torchx_datapipes.formats.reading import UnitReader
+    from torchx_datapipes.formats.readstate import ReadState
 
 _KEY = re.compile(r"^((?:.*/|)[^.]+)[.]([^/]*)$")  # webdataset's base_plus_ext
 _META = re.compile(r"__[^/]*__($|/)")
@@ -48,10 +48,10 @@ class WebDatasetFormat(InputFormat):
         # the member names of each sample read so far (sample n at n - 1), so that an error names them
         self._members: List[str] = []
 
-    def members(self, reader: "UnitReader", line: int) -> Optional[str]:
+    def members(self, reader: "ReadState", line: int) -> Optional[str]:
         return self._members[line - 1] if 1 <= line <= len(self._members) else None
 
-    def read(self, reader: "UnitReader") -> Batches:
+    def read(self, reader: "ReadState") -> Batches:
         u = reader.unit
         recs: List[Any] = []
         rows: List[int] = []
