@@ -15,7 +15,7 @@ from tdp_testutil import write_jsonl
 from torchx_datapipes import api
 from torchx_datapipes.appdef import InvalidArgumentError
 from torchx_datapipes.data import OutputDataset
-from torchx_datapipes.formats import registry
+from torchx_datapipes.formats import extensions, registry
 from torchx_datapipes.formats.format import Format
 from torchx_datapipes.formats.lines import JsonLinesFormat
 
@@ -80,7 +80,7 @@ def test_the_shipped_table_registers_in_another_process_and_its_own_registration
     assert "upj" not in registry.input_names()
     monkeypatch.setenv(registry.SHIPPED_ENV, text)  # what the job's processes find
     assert "upj" in registry.input_names() and registry.input_class("up") is codefmt.UpjInput
-    assert registry.detect_format("x/y.upj") == "upj"
+    assert extensions.detect_format("x/y.upj") == "upj"
     assert registry.shipped(["jsonl"]) == ""
 
 

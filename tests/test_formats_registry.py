@@ -9,7 +9,7 @@ from tdp_testutil import make_dataset
 
 from torchx_datapipes import components
 from torchx_datapipes.appdef import InvalidArgumentError
-from torchx_datapipes.formats import registry
+from torchx_datapipes.formats import extensions, registry
 from torchx_datapipes.formats.base import Batches, InputFormat, compression_of
 from torchx_datapipes.formats.format import Format
 from torchx_datapipes.formats.planning import check_input_formats, plan_units
@@ -34,7 +34,7 @@ def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     ],
 )  # fmt: skip
 def test_detect_by_extension(path: str, fmt: Any) -> None:
-    assert registry.detect_format(path) == fmt
+    assert extensions.detect_format(path) == fmt
 
 
 def test_compression_comes_from_fsspec() -> None:

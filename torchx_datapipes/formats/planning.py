@@ -12,7 +12,8 @@ from typing import Dict, List, Optional, Sequence, Tuple, Union
 
 from torchx_datapipes.errors import InputError
 from torchx_datapipes.formats.base import DEFAULT_MAX_RECORD_MB, PlannedFile, record_bytes, stem_of
-from torchx_datapipes.formats.registry import detect_format, input_class, resolve
+from torchx_datapipes.formats.extensions import detect_format, resolve
+from torchx_datapipes.formats.registry import input_class
 from torchx_datapipes.formats.spec import decode_spec
 from torchx_datapipes.formats.unit import DEFAULT_UNIT_MB, Unit
 from torchx_datapipes.io.fs import InputFile, expand_input_files, split_patterns, stat

@@ -8,8 +8,9 @@ What every format reports the same way (bad records, a cut stream, counts) is th
 from typing import Any, Iterator, List, Optional, Sequence, Tuple
 
 from torchx_datapipes.formats.base import DEFAULT_MAX_RECORD, compression_of, extra_hint, record_bytes
+from torchx_datapipes.formats.extensions import detect_format
 from torchx_datapipes.formats.readstate import JSONL_OBJECTS_ONLY, BadRecord, ReadState
-from torchx_datapipes.formats.registry import detect_format, input_class
+from torchx_datapipes.formats.registry import input_class
 from torchx_datapipes.formats.unit import Unit
 
 __all__ = [

@@ -18,10 +18,9 @@ import base64
 import dataclasses
 import json
 import os
-import posixpath
-from typing import TYPE_CHECKING, Any, Dict, FrozenSet, Iterable, List, Optional, Tuple, Type, Union
+from typing import TYPE_CHECKING, Any, Dict, Iterable, List, Optional, Tuple, Type, Union
 
-from torchx_datapipes.formats.base import InputFormat, stem_of
+from torchx_datapipes.formats.base import InputFormat
 from torchx_datapipes.formats.format import Format, load
 from torchx_datapipes.plugins import entry_point_table
 
@@ -54,10 +53,19 @@ def _entry_points(group: str) -> Tuple[Tuple[str, str], ...]:
     return entry_point_table(group)
 
 
+_GENERATION = [0]  # bumped whenever the set of formats may have changed (tables built from it)
+
+
 def _clear() -> None:
     _CACHE.clear()
     _ALIASES.clear()
-    _TABLES.clear()
+    _GENERATION[0] += 1
+
+
+def generation() -> int:
+    """Changes whenever a format is registered, unregistered or shipped: the key of derived tables."""
+    _ensure_shipped()
+    return _GENERATION[0]
 
 
 def as_format(name: str, obj: object) -> Format:
@@ -316,84 +324,6 @@ def check_format_options(name: str, given: Dict[str, bool]) -> None:
 def _options_of(name: str) -> Tuple[str, ...]:
     fmt = _known(name)
     return fmt.options if fmt is not None else ()
-
-
-# -- input files by extension ------------------------------------------------------------------
-# extension -> format, and the extensions longest first; built once per set of registered names:
-# planning 10,000 images asked for the table once per file (issue 10's images benchmark)
-_TABLES: Dict[FrozenSet[str], Tuple[Dict[str, str], Tuple[str, ...], bool]] = {}
-
-
-def _extension_table() -> Tuple[Dict[str, str], Tuple[str, ...], bool]:
-    """``(extension -> format, extensions longest first, whether every extension starts with a dot)``."""
-    key = frozenset(_REGISTERED)
-    if key not in _TABLES:
-        table: Dict[str, str] = {}
-        for name in _names():
-            fmt = _known(name)
-            if fmt is None or not fmt.readable_input:
-                continue
-            try:
-                cls = fmt.input_class()
-            except ImportError:
-                continue
-            for ext in cls.extensions:
-                table.setdefault(ext, name)
-        dotted = all(ext.startswith(".") for ext in table)
-        _TABLES[key] = table, tuple(sorted(table, key=len, reverse=True)), dotted
-    return _TABLES[key]
-
-
-def _by_extension() -> Dict[str, str]:
-    return dict(_extension_table()[0])
-
-
-def detect_format(path: str) -> Optional[str]:
-    """The format that owns the file's extension (after any compression suffix), or None."""
-    base = posixpath.basename(stem_of(path)).lower()
-    table, longest_first, dotted = _extension_table()
-    # the longest matching suffix wins (".tar" under ".tar.gz", ".csv" under "x.1.csv"): with
-    # extensions that start with a dot, that is the suffix from the first dot that is one
-    if dotted:
-        dot = base.find(".", 1)
-        while dot > 0:
-            if base[dot:] in table:
-                return table[base[dot:]]
-            dot = base.find(".", dot + 1)
-        return None
-    for ext in longest_first:
-        if base.endswith(ext) and len(base) > len(ext):
-            return table[ext]
-    return None
-
-
-def known_extensions() -> List[str]:
-    return sorted(_by_extension())
-
-
-def unknown_extension_error(path: str) -> ValueError:
-    by_fmt: Dict[str, List[str]] = {}
-    for ext, name in _by_extension().items():
-        by_fmt.setdefault(name, []).append(ext)
-    listing = "; ".join(f"{n}: {' '.join(sorted(e))}" for n, e in sorted(by_fmt.items()))
-    return ValueError(
-        f"{path}: unknown input extension; no format owns it. Formats: {listing}."
-        f" Pass --format to force one (e.g. --format jsonl), or remove the file from --input"
-    )
-
-
-def resolve(path: str, fmt: str) -> str:
-    """The format name to read ``path`` with: ``fmt`` forced, or detected under ``auto``."""
-    if fmt != "auto":
-        return input_class(fmt).name
-    found = detect_format(path)
-    if found is None:
-        raise unknown_extension_error(path)
-    return found
-
-
-def formats_of(paths: List[str], fmt: str) -> Dict[str, str]:
-    return {p: resolve(p, fmt) for p in paths}
 
 
 def clear_caches() -> None:

@@ -38,7 +38,6 @@ may hold) read back as floats, and tagged objects as their values (:func:`decode
 import datetime
 import decimal
 import json
-import math
 from typing import Any, Dict, FrozenSet, List, Optional, Tuple
 
 import numpy as np
@@ -47,6 +46,12 @@ import orjson
 from torchx_datapipes.errors import DatapipesError
 from torchx_datapipes.formats.jsonl.bigints import dumps as exact_dumps
 from torchx_datapipes.formats.jsonl.bigints import may_hold_big_int
+from torchx_datapipes.formats.jsonl.finite import (
+    NON_FINITE,
+    NonFiniteError,
+    check_finite,
+    may_hold_non_finite,
+)
 from torchx_datapipes.io.values import as_array, find_value, is_tensor
 
 Failures = List[Tuple[int, str]]
@@ -261,60 +266,8 @@ def decode_tags(v: Any) -> Any:
     return v
 
 
-_NON_FINITE = "NaN/inf cannot be written as JSON Lines"
-
-
-class NonFiniteError(DatapipesError, ValueError):
-    """A NaN or infinite number in a record bound for JSON, which has no such numbers."""
-
-
-def _non_finite(v: Any) -> bool:
-    """A NaN or infinite float, numpy float scalar, or float/complex array or tensor holding one."""
-    if isinstance(v, float):
-        return not math.isfinite(v)
-    if isinstance(v, np.generic):
-        return v.dtype.kind in "fc" and not bool(np.isfinite(v))
-    if is_tensor(v):  # (bfloat16 too, which numpy has no dtype for)
-        return (v.is_floating_point() or v.is_complex()) and not bool(v.isfinite().all())
-    return isinstance(v, np.ndarray) and v.dtype.kind in "fc" and not bool(np.isfinite(v).all())
-
-
-_SCALARS = frozenset({str, int, bool, type(None)})
-
-
-def _may_hold_non_finite(rec: Any) -> bool:
-    """False when ``rec`` surely holds no NaN/inf: a flat dict of finite floats and other scalars.
-
-    A table with missing values has ``null`` on most lines: this keeps their check to one pass
-    over the values (``v - v`` is 0.0 for a finite float, NaN for NaN and the infinities); anything
-    nested, an array or a tensor gets the full search.
-    """
-    if rec.__class__ is not dict:
-        return True
-    for v in rec.values():
-        c = v.__class__
-        if c is float:
-            if v - v != 0:
-                return True
-        elif c not in _SCALARS:
-            return True
-    return False
-
-
-def _check_finite(rec: Any, line: bytes) -> None:
-    """orjson writes NaN and inf as ``null``: a line holding ``null`` is searched for one."""
-    if b"null" in line and _may_hold_non_finite(rec):
-        field = find_value(rec, _non_finite)
-        if field:
-            raise NonFiniteError(
-                f"field {field}: {_NON_FINITE} (JSON has no NaN or infinity; it would become null);"
-                " write --output_format parquet or webdataset, which keep them, or replace them in your"
-                " function (e.g. with None)"
-            )
-
-
 def _why(rec: Any, e: Exception) -> str:
-    if isinstance(e, (NonFiniteError, ReservedKey)) or _NON_FINITE in str(e):
+    if isinstance(e, (NonFiniteError, ReservedKey)) or NON_FINITE in str(e):
         return str(e)
     field = find_value(rec, lambda v: isinstance(v, _BYTES))
     if field:
@@ -347,7 +300,7 @@ def dumps(rec: Any) -> bytes:
         if "Integer exceeds 64-bit range" not in str(e):
             raise
         line = exact_dumps(_to_plain(rec))
-    _check_finite(rec, line)
+    check_finite(rec, line)
     check_reserved(rec, line)
     return line
 
@@ -365,7 +318,7 @@ def encode_checked(recs: List[Any]) -> Tuple[List[bytes], Failures]:
         suspect = [
             i
             for i, line in enumerate(lines)
-            if (b"null" in line and _may_hold_non_finite(recs[i])) or TAG_BYTES in line
+            if (b"null" in line and may_hold_non_finite(recs[i])) or TAG_BYTES in line
         ]
         if not suspect:
             return lines, []
@@ -375,7 +328,7 @@ def encode_checked(recs: List[Any]) -> Tuple[List[bytes], Failures]:
         for i, (r, line) in enumerate(zip(recs, lines)):
             try:
                 if i in todo:
-                    _check_finite(r, line)
+                    check_finite(r, line)
                     check_reserved(r, line)
                 kept.append(line)
             except (NonFiniteError, ReservedKey) as e:

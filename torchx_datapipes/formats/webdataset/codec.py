@@ -39,7 +39,8 @@ from typing import Any, Tuple
 import numpy as np
 
 from torchx_datapipes.formats.jsonl import codec as jsoncodec
-from torchx_datapipes.formats.jsonl.codec import NonFiniteError, dumps
+from torchx_datapipes.formats.jsonl.codec import dumps
+from torchx_datapipes.formats.jsonl.finite import NonFiniteError
 from torchx_datapipes.io.values import as_array
 
 TEXT_EXTS = frozenset({"txt", "text"})
