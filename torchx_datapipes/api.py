@@ -308,3 +308,22 @@ def validate(
     given = _given(baseline=baseline, fail_on=fail_on, j=j)
     given.update(input=input, output=output, schema=schema, **kwargs)
     return components.validate(**_optional_fn("validate", None, given))
+
+
+def tokenize(
+    input: Union[str, List[str]],
+    output: str,
+    tokenizer: str,
+    fn: Optional[Fn] = None,
+    j: Optional[str] = None,
+    **kwargs: Any,
+) -> specs.AppDef:
+    """Build the tokenize AppDef (docs/tokenize.md): Megatron ``.bin``/``.idx`` shards of ``--field``;
+    ``api.run(app).manifest["tokens"]`` is the token count. Read them with ``data.TokenDataset``.
+
+    Arguments not passed come from ``[component:datapipes.tokenize]`` in ``.torchxconfig``, then
+    from the component's defaults.
+    """
+    given = _given(j=j)
+    given.update(input=_inputs(input), output=output, tokenizer=tokenizer, **kwargs)
+    return components.tokenize(**_optional_fn("tokenize", fn, given))

@@ -1,4 +1,4 @@
-"""TorchX components of torchx_datapipes: ``transform``, ``split``, ``stats`` and ``validate``.
+"""TorchX components of torchx_datapipes: ``transform``, ``split``, ``stats``, ``validate`` and ``tokenize``.
 
 Run them with ``torchx run -s local_cwd torchx_datapipes.components:transform --help``
 (or the short names ``datapipes.transform`` ...). Each returns an AppDef that launches the
@@ -29,6 +29,7 @@ import torchx
 from torchx import specs
 
 import torchx_datapipes.appdef as _appdef
+import torchx_datapipes.ops.tokenize as _tokenize
 
 # TorchX execs this file inside ``torchx.specs.finder``'s own globals for ``components.py:NAME``
 # paths, where the finder's linter is a function named ``validate(path, function_name)``: our
@@ -428,6 +429,109 @@ def validate(
         max_retries: scheduler-level retries of the whole job (not honoured by local_cwd)
     """
     return _appdef.build_app("validate", locals())
+
+
+def tokenize(
+    input: str,
+    output: str,
+    tokenizer: Optional[str] = None,
+    field: str = "text",
+    eos: Optional[str] = None,
+    dtype: str = "auto",
+    shard_mb: float = 1024.0,
+    fn: Optional[str] = None,
+    format: str = "auto",
+    schema: Optional[str] = None,
+    na_values: Optional[str] = None,
+    delimiter: Optional[str] = None,
+    header: str = "True",
+    num_workers: int = 1,
+    assign: str = "dynamic",
+    batch_size: int = 1024,
+    on_error: str = "raise",
+    max_error_rate: float = 0.1,
+    max_restarts: int = 0,
+    overwrite: str = "False",
+    artifact_store: Optional[str] = None,
+    backend: str = "cloudpickle",
+    unit_mb: float = 64.0,
+    max_record_mb: float = 64.0,
+    name: str = "/tokenize",
+    image: str = torchx.IMAGE,
+    h: Optional[str] = None,
+    cpu: int = 2,
+    gpu: int = 0,
+    memMB: int = 0,
+    j: str = "1x2",
+    env: Optional[Dict[str, str]] = None,
+    mounts: Optional[List[str]] = None,
+    rdzv_port: int = 29500,
+    max_retries: int = 0,
+) -> specs.AppDef:
+    """Tokenize a text field of every record into Megatron indexed-dataset shards, exactly once.
+
+    Each unit of the input becomes ``OUTPUT/part-NNNNN.bin`` + ``.idx`` (Megatron's ``MMIDIDX`` layout,
+    opened by ``megatron.core.datasets.indexed_dataset.IndexedDataset(prefix)``): one sequence per
+    document, documents in input order (files sorted, then lines) across parts in part order, the
+    same bytes for any ``-j``. ``OUTPUT/part-NNNNN.lines.json`` maps each document to its input line;
+    ``OUTPUT/_SUCCESS`` lists the shards with their token counts. Read them for training with
+    ``torchx_datapipes.data.TokenDataset``; see docs/tokenize.md.
+
+    Args:
+        input: input files: a path, a glob such as 'data/*.jsonl', a directory, or several separated by commas
+            (write a comma inside a name as \\,); an existing path is read as it is written even if it holds
+            glob characters ([x].jsonl); local, s3:// or any fsspec URL. .gz and .zst are decompressed.
+        output: output directory: OUTPUT/part-NNNNN.bin and .idx (Megatron's indexed dataset), one provenance
+            file per shard and _SUCCESS
+        tokenizer: required: a Hugging Face tokenizer.json (path or fsspec URL), loaded with the tokenizers
+            library (pip install 'torchx-datapipes[tokenize]')
+        field: the record field holding each document's text
+        eos: a token appended to every document, e.g. '</s>' (default: none)
+        dtype: token dtype of the shards: auto (uint16 when the vocabulary has fewer than 65,500 tokens, else
+            int32, as Megatron's optimal_dtype), uint16, int32 or int64
+        shard_mb: the largest .bin in MB: a unit whose tokens exceed it continues in part-NNNNN.pKKK.bin
+        fn: optional transform applied first (its output records are tokenized)
+        format: input format: auto (by extension; an unknown extension is refused), jsonl, json, csv, text,
+            parquet, files (one record per file: images, audio, any blob) or webdataset (tar shards)
+        schema: CSV column types overriding inference, e.g. 'id:int,name:str' (int, float, bool, str, date,
+            timestamp); a date or timestamp in another layout takes a strptime format in brackets (see
+            docs/formats.md)
+        na_values: CSV cells read as null, comma-separated (default: pandas' list: '', NA, N/A, null, NaN,
+            ...)
+        delimiter: CSV field delimiter: one character, or tab (default: ',' and tab for .tsv)
+        header: whether CSV files start with a header row: true/false (also 1/0, yes/no); false: columns are
+            named 0..n-1, or by --schema when it lists every column in order
+        num_workers: worker processes per rank
+        assign: which slot (rank x worker) runs which unit: dynamic (claim the next unit, largest first, from
+            the job's store) or static (unit i on slot i mod slots); never changes the output
+        batch_size: records per batch (the batch encoded at once by encode_batch)
+        on_error: raise (stop at the first bad record: unparseable, or without a text --field) or skip (write
+            it to OUTPUT/_errors/ and go on)
+        max_error_rate: with on_error=skip, fail the job when bad records / input records exceeds this (in [0,
+            1], default 0.1)
+        max_restarts: torchrun restarts of failed ranks; restarted ranks skip committed units
+        overwrite: replace an output that already has _SUCCESS: true/false (also 1/0, yes/no); deletes only
+            what this product wrote, and a directory holding anything else is refused
+        artifact_store: where the client uploads the fn artifact (s3://... for clusters)
+        backend: how fn is shipped: cloudpickle, torch.package or module
+        unit_mb: target size in MB of a unit of work
+        max_record_mb: the largest input record in MiB (default 64): a longer line, CSV row, JSON document,
+            tar member or file is a bad record naming its file, line and size (memory stays bounded by it)
+        name: job name, {experimentname}/{runname}
+        image: image (e.g. docker) for non-local schedulers
+        h: a registered named resource (takes precedence over cpu, gpu, memMB)
+        cpu: number of cpus per replica
+        gpu: number of gpus per replica
+        memMB: cpu memory in MB per replica (node); 0: sized from -j and --num_workers (see docs/cluster.md)
+        j: [{min_nnodes}:]{nnodes}x{nproc_per_node}: nodes and ranks per node
+        env: environment variables for the job (e.g. ENV1=v1,ENV2=v2)
+        mounts: mounts for the job's containers (type=<bind/volume>,src=/host,dst=/job[,readonly])
+        rdzv_port: rendezvous port on rank 0's host for multi-node jobs
+        max_retries: scheduler-level retries of the whole job (not honoured by local_cwd)
+    """
+    with _appdef.client_checks():
+        arguments = _tokenize.check_together(locals())  # --eos and --dtype against the tokenizer
+    return _appdef.build_app("tokenize", arguments)
 
 
 if _FINDER_LINTER is not None:  # pragma: no cover - only inside TorchX's exec (see the top)

@@ -43,12 +43,18 @@ by a restarted rank (``job``), by the runner's summary line (``runner/main.py``)
   URLs of ``stats.json``, ``report.html``, ``stats.md``).
 - validate (``runner/validate.py``): ``records_described``, ``anomalies`` (how many),
   ``stats``, ``anomalies_json``, ``report``.
+- tokenize (``runner/tokenize.py``): ``records_out`` (documents), ``filtered``, ``output``,
+  ``tokens`` and ``tokenize`` (``dtype``, ``vocab_size``, ``eos``, ``eos_id``, ``tokenizer``,
+  ``tokenizer_sha256``, ``field``, ``documents``, ``tokens``, ``decode_check`` and ``shards``: each
+  shard in order with ``prefix``, ``documents``, ``tokens``, ``first_document``, ``first_token``,
+  ``input`` and ``line_offset``; read by ``data/tokens.py``).
 
 ``options`` (``runner/engine.py`` ``Engine.options``, part of the job fingerprint): ``format``,
 ``output_format`` (read by ``data/_parts.py``), ``batch_size``, ``on_error``, ``unit_mb``,
 ``max_record_mb``, and the op's own (``Op.options``): split ``fractions``, ``method``, ``seed``,
 ``key``, ``stratify``; stats ``stats``, ``fn``; validate ``validate`` (``schema``, ``baseline``,
-``fail_on``), ``stats``, ``fn``; a queue transform ``queue``.
+``fail_on``), ``stats``, ``fn``; a queue transform ``queue``; tokenize ``tokenize`` (``field``,
+``tokenizer``, ``tokenizer_sha256``, ``eos``, ``dtype``, ``shard_mb``), ``fn``.
 
 A unit summary (``units[i]``, ``runner/commit.py`` ``unit_summary``) is the unit's commit record
 without ``fingerprint``, with ``unit`` the unit's index and ``path`` its input file (Parquet's
@@ -80,6 +86,10 @@ unification (``files``, ``schemas``).
 - split, counting pass (``--method exact`` or ``--stratify``): ``count``; with ``--stratify``
   ``class_counts`` (class -> records); with hash + stratify ``hashes`` (the ``_split/`` side file).
 - stats and validate: ``records_out``, ``filtered``.
+- tokenize: ``records_out`` (documents), ``filtered``, ``outputs`` (the unit's ``.bin`` shards),
+  ``tokens``, ``shards`` (``prefix``, ``documents``, ``tokens`` of each), ``line_offset`` (lines of
+  the input file before the unit's first; null: summed from the earlier units at commit),
+  ``decode_check`` (``sampled``, ``tokens_equal``, ``text_equal``).
 """
 
 from typing import Dict, FrozenSet, Tuple
@@ -138,6 +148,8 @@ REPORT = "report"
 MARKDOWN = "markdown"
 ANOMALIES = "anomalies"
 ANOMALIES_JSON = "anomalies_json"
+TOKENS = "tokens"  # also a commit record's
+TOKENIZE = "tokenize"
 
 # -- inside _SUCCESS sections ------------------------------------------------------------------
 INPUT_PATH, INPUT_SIZE = "path", "size"  # inputs[i]
@@ -161,6 +173,7 @@ OPT_UNIT_MB = "unit_mb"
 OPT_MAX_RECORD_MB = "max_record_mb"
 OPT_FRACTIONS, OPT_METHOD, OPT_SEED, OPT_KEY, OPT_STRATIFY = "fractions", "method", "seed", "key", "stratify"
 OPT_STATS, OPT_FN, OPT_VALIDATE, OPT_QUEUE = "stats", "fn", "validate", "queue"
+OPT_TOKENIZE = "tokenize"
 OPT_VALIDATE_SCHEMA, OPT_VALIDATE_BASELINE, OPT_VALIDATE_FAIL_ON = "schema", "baseline", "fail_on"
 
 # -- commit records: every pass (runner/engine.py) --------------------------------------------
@@ -188,6 +201,9 @@ MESSAGES = "messages"
 FIRST_PUBLISH_AT = "first_publish_at"
 BACKPRESSURE_WAIT_S = "backpressure_wait_s"
 PEAK_BACKLOG = "peak_backlog"
+SHARDS = "shards"
+LINE_OFFSET = "line_offset"
+DECODE_CHECK = "decode_check"
 # -- inside commit records --------------------------------------------------------------------
 FILE_PATH, FILE_SIZE, FILE_XXH3 = "path", "size", "xxh3_128"  # files[i] (io/checksum.py FileSum)
 UNIT_INDEX, UNIT_PATH = "index", "path"  # unit (formats/unit.py Unit)
@@ -228,6 +244,7 @@ OP_KEYS: Dict[str, KeySet] = {  # what each op's finalize adds ("transform_queue
     ),  # fmt: skip
     "stats": (frozenset({RECORDS_DESCRIBED, STATS, REPORT, MARKDOWN}), frozenset()),
     "validate": (frozenset({RECORDS_DESCRIBED, ANOMALIES, STATS, ANOMALIES_JSON, REPORT}), frozenset()),
+    "tokenize": (frozenset({RECORDS_OUT, FILTERED, OUTPUT, TOKENS, TOKENIZE}), frozenset()),
 }
 INPUT_KEYS = frozenset({INPUT_PATH, INPUT_SIZE})
 ARTIFACT_KEYS = frozenset({ARTIFACT_URL, ARTIFACT_SHA256})
@@ -247,6 +264,7 @@ OP_OPTIONS: Dict[str, FrozenSet[str]] = {
     "split": frozenset({OPT_FRACTIONS, OPT_METHOD, OPT_SEED, OPT_KEY, OPT_STRATIFY}),
     "stats": frozenset({OPT_STATS, OPT_FN}),
     "validate": frozenset({OPT_VALIDATE, OPT_STATS, OPT_FN}),
+    "tokenize": frozenset({OPT_TOKENIZE, OPT_FN}),
 }
 VALIDATE_OPTIONS = frozenset({OPT_VALIDATE_SCHEMA, OPT_VALIDATE_BASELINE, OPT_VALIDATE_FAIL_ON})
 
@@ -268,6 +286,10 @@ PASS_KEYS: Dict[str, KeySet] = {  # what each op's pass adds to the record ("spl
     "split_count": (frozenset({COUNT}), frozenset({CLASS_COUNTS, HASHES})),
     "stats": (frozenset({RECORDS_OUT, FILTERED}), frozenset()),
     "validate": (frozenset({RECORDS_OUT, FILTERED}), frozenset()),
+    "tokenize": (
+        frozenset({RECORDS_OUT, FILTERED, OUTPUTS, TOKENS, SHARDS, LINE_OFFSET, DECODE_CHECK}),
+        frozenset(),
+    ),
 }
 FILE_KEYS = frozenset({FILE_PATH, FILE_SIZE, FILE_XXH3})
 SUMMARY_DROPS = frozenset({FINGERPRINT, SCHEMAS})  # a unit summary: the record without these, plus path

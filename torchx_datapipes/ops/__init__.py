@@ -23,7 +23,7 @@ from torchx_datapipes.plugins import Registry
 
 ENTRY_POINT_GROUP = "torchx_datapipes.ops"
 _O = "torchx_datapipes.ops."
-_KNOWN = {name: f"{_O}{name}:OP" for name in ("transform", "split", "stats", "validate")}
+_KNOWN = {name: f"{_O}{name}:OP" for name in ("transform", "split", "stats", "validate", "tokenize")}
 
 
 @dataclass(frozen=True)
