@@ -305,14 +305,16 @@ def test_forged_safe_frames_are_corrupt_not_code(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("backend", ["redis", "memcached"])
-def test_shared_servers_keep_their_trust_and_hmac_narrows_it(
+def test_shared_servers_trust_the_server_only_with_pickle_true_and_hmac_narrows_it(
     backend: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     require_shared(backend)
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))  # the per-user key of the default
     url = {"redis": "redis://127.0.0.1:6379/0", "memcached": "memcached://127.0.0.1:11211"}[backend]
     ns = "t-" + uuid.uuid4().hex[:12]
     when = datetime.date(2020, 1, 2)
-    server = open_cache(f"{url}?namespace={ns}")  # documented: whoever can write the server is trusted
+    assert open_cache(url).trust == Trust.user()  # the default: pickles signed with the per-user key
+    server = open_cache(f"{url}?namespace={ns}&pickle=true")  # documented: whoever can write it is trusted
     try:
         assert server.trust.mode == "pickle"
         assert server.set("d", when) and server.get("d") == when

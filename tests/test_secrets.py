@@ -42,7 +42,13 @@ def _messages(e: BaseException) -> List[str]:
 
 
 @pytest.mark.parametrize(
-    "url", ["sqlite:///abs/dir/c.db?namespace=demo", "sqlite:///abs/c.db", "memory://", "redis://h:6379/0"]
+    "url",
+    [
+        "sqlite:///abs/dir/c.db?namespace=demo",
+        "sqlite:///abs/c.db",
+        "memory://",
+        "redis://h:6379/0?hmac_key_env=TDP_CACHE_KEY",  # without a trust option it gets ?hmac_key_file=
+    ],
 )
 def test_a_url_without_a_password_reaches_the_runner_unchanged(project: Path, url: str) -> None:
     """make demo's sqlite:///ABS cache URL once lost its '//' on the way to the command line."""
@@ -58,9 +64,9 @@ def test_appdef_carries_no_secret(project: Path, userinfo: str) -> None:
     assert PW not in repr(app) and PW not in " ".join(role.args) and PW not in json.dumps(role.env)
     cache = _cache_arg(role.args[-1])
     assert cache.startswith("redis://127.0.0.1:6399/0?namespace=n&password_file=/"), cache
-    cred = Path(cache.split("password_file=")[1])
+    cred = Path(cache.split("password_file=")[1].split("&")[0])
     assert stat.S_IMODE(cred.stat().st_mode) == 0o600 and PW in cred.read_text()
-    assert resolve(cache) == f"redis://{userinfo}@127.0.0.1:6399/0?namespace=n"
+    assert resolve(cache).split("&hmac_key_file=")[0] == f"redis://{userinfo}@127.0.0.1:6399/0?namespace=n"
 
 
 def test_dryrun_output_has_no_password(project: Path) -> None:
@@ -150,7 +156,8 @@ def test_password_reaches_redis_from_password_env(
 ) -> None:
     cache = f"redis://{locked_redis.address}/0?namespace=env&password_env=TDP_TEST_REDIS_PW"
     app = components.transform(fn="t.py:f", input="data/*.jsonl", output="out", cache=cache)
-    assert _cache_arg(app.roles[0].args[-1]) == cache  # only the variable's name travels
+    # only the variable's name travels (and the path of the HMAC key file: tests/test_cache_signing.py)
+    assert _cache_arg(app.roles[0].args[-1]).startswith(cache + "&hmac_key_file=")
     monkeypatch.setenv("TDP_TEST_REDIS_PW", PW)
     assert _run(project, "o1", cache)["cache"]["misses"] == 7
     assert _run(project, "o2", cache)["cache"]["hits"] == 7

@@ -39,7 +39,7 @@ from torchx_datapipes.io.manifest import has_success, success_url
 from torchx_datapipes.io.ownership import check_writable, refuse_foreign
 from torchx_datapipes.ops import SPECS
 from torchx_datapipes.options import OptionError
-from torchx_datapipes.secrets import mask_url, public_url
+from torchx_datapipes.secrets import mask_url
 
 RUNNER_MODULE = "torchx_datapipes.runner"
 META_OUTPUT = "torchx_datapipes/output"
@@ -89,8 +89,10 @@ def build_app(op: str, arguments: Mapping[str, Any]) -> specs.AppDef:
                                   values["delimiter"] or "", values["header"])  # fmt: skip
                 check_local_fields(values["fields"], local, fmt, values["unit_mb"])
         validate_cache(values.get("cache"))
-        if values.get("cache"):  # the secret goes to a 0600 file (or stays in the job's env), never on argv
-            values["cache"] = public_url(values["cache"], values["artifact_store"] or default_store())
+        if values.get("cache"):  # secrets (password, HMAC key) go to 0600 files or the job's env, never argv
+            from torchx_datapipes.cache.shipping import public_cache_url
+
+            values["cache"] = public_cache_url(values["cache"], values["artifact_store"] or default_store())
         fn_arg = fn_args(values["fn"], values["artifact_store"], values["backend"], where.dryrun)
     args = [*spec.runner_args(values), *fn_arg]
     v = values

@@ -15,6 +15,10 @@ torchrun and every rank, and end up in error messages. So:
 
 The runner (``runner/memo.py``) rebuilds the full URL with :func:`resolve` just before opening
 the cache. :func:`mask_url` hides any ``user:password@`` left in a message.
+
+The cache's HMAC key travels the same way (:mod:`torchx_datapipes.cache.shipping`): written by
+:func:`write_secret` to a 0600 file under the local artifact store, named on the command line by
+``?hmac_key_file=PATH`` (:func:`with_option`); refused for a remote store (:func:`is_remote_store`).
 """
 
 import hashlib
@@ -93,29 +97,37 @@ def public_url(url: str, store: str) -> str:
         raise ValueError(
             f"--cache {mask_url(url)} has both an inline password and ?{'/'.join(given)}; keep one"
         )
-    if "://" in store and not store.startswith("file://"):
+    if is_remote_store(store):
         raise ValueError(
             f"--cache {mask_url(url)} has an inline password, but artifact_store {store} is remote, so the"
             " job could not read a local credentials file; give the job the password in an environment"
             " variable (e.g. a Kubernetes secret) and use ?password_env=NAME instead"
         )
-    path = _write_credentials(bare, user, password, store.removeprefix("file://"))
-    bare_parts = urllib.parse.urlsplit(bare)
-    query = "&".join(
-        q for q in (bare_parts.query, urllib.parse.urlencode({PASSWORD_FILE: path}, safe="/")) if q
-    )
-    return _with_query(bare_parts, bare_parts.netloc, query)
-
-
-def _write_credentials(bare: str, user: Optional[str], password: Optional[str], store: str) -> str:
     secret = json.dumps({"username": user, "password": password}, sort_keys=True)
     name = hashlib.sha256(f"{bare}\n{secret}".encode()).hexdigest()[:32]
-    folder = os.path.join(os.path.abspath(store), "_secrets")
+    return with_option(bare, PASSWORD_FILE, write_secret(store, f"{name}.json", secret.encode()))
+
+
+def is_remote_store(store: str) -> bool:
+    """Whether the artifact store is remote (``s3://...``): the job cannot read a file written here."""
+    return "://" in store and not store.startswith("file://")
+
+
+def with_option(url: str, name: str, value: str) -> str:
+    """``url`` with ``name=value`` appended to its query."""
+    parts = urllib.parse.urlsplit(url)
+    query = "&".join(q for q in (parts.query, urllib.parse.urlencode({name: value}, safe="/")) if q)
+    return _with_query(parts, parts.netloc, query)
+
+
+def write_secret(store: str, name: str, secret: bytes) -> str:
+    """Write ``secret`` to ``{store}/_secrets/name`` (mode 0600, directory 0700); its path."""
+    folder = os.path.join(os.path.abspath(store.removeprefix("file://")), "_secrets")
     os.makedirs(folder, mode=0o700, exist_ok=True)
-    path = os.path.join(folder, f"{name}.json")
+    path = os.path.join(folder, name)
     tmp = f"{path}.tmp-{os.getpid()}"
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as f:
+    with os.fdopen(fd, "wb") as f:
         f.write(secret)
     os.replace(tmp, path)
     return path

@@ -16,16 +16,19 @@ is counted in ``stats().rejected``. Each kind of problem is logged once per proc
 
 Pickling: a cache pickles only its configuration. Connections, counters and the breaker
 live in ``_live_*`` attributes that are dropped by ``__getstate__`` and rebuilt lazily in
-each process (checked by pid), so a cache can be handed to DataLoader workers under fork,
-spawn or forkserver, or shipped inside a cloudpickle / torch.package artifact. Within a
-process, connections are per thread and counters are shared under a lock.
+each process (:mod:`torchx_datapipes.cache.live`), so a cache can be handed to DataLoader
+workers under fork, spawn or forkserver, or shipped inside a cloudpickle / torch.package
+artifact. Within a process, connections are per thread and counters are shared under a lock.
+
+Trust: a pickled value is loaded only under the cache's trust (:mod:`torchx_datapipes.cache.trust`).
+A backend whose store other users can write (``shared_store = True``: Redis, memcached) signs
+pickles with the per-user HMAC key by default.
 """
 
 import abc
 import inspect
 import logging
 import os
-import threading
 import time
 from typing import (
     Any,
@@ -38,7 +41,6 @@ from typing import (
     Mapping,
     Optional,
     Sequence,
-    Set,
     Tuple,
     TypeVar,
     Union,
@@ -48,6 +50,7 @@ from torchx_datapipes.cache.breaker import CircuitBreaker
 from torchx_datapipes.cache.codec import Codec, CodecError, UnsafeValueError, UntrustedValueError, codec_for
 from torchx_datapipes.cache.errors import CacheBackendError, CacheValueError
 from torchx_datapipes.cache.keys import check_name, raise_equal_keys, stored_key, stored_keys
+from torchx_datapipes.cache.live import ProcessLocal
 from torchx_datapipes.cache.stats import CacheStats
 from torchx_datapipes.cache.trust import Trust
 from torchx_datapipes.secrets import mask_url
@@ -56,12 +59,9 @@ log = logging.getLogger("torchx_datapipes.cache")
 V = TypeVar("V")
 K = TypeVar("K", bound=Hashable)
 _MISSING: Any = object()
-# connections inherited across fork are never closed by the child (that could shut the
-# parent's socket); they are kept referenced here so garbage collection does not close them.
-_INHERITED: List[Any] = []
 
 
-class Cache(abc.ABC):
+class Cache(ProcessLocal, abc.ABC):
     """A key/value cache shared according to its backend (see ``open_cache``).
 
     Args:
@@ -71,7 +71,8 @@ class Cache(abc.ABC):
         codec: ``"tensor"`` (default), ``"pickle"``, ``"bytes"`` or a :class:`Codec` object.
         pickle: True: unpickle every pickled value the store holds (trust whoever can write to
             it); False: never unpickle (values that need pickle are not stored); None: the
-            backend's default (memory, redis, memcached: True; sqlite: an HMAC key file).
+            backend's default (memory: True; sqlite: the key file ``<db>.key``; redis, memcached:
+            the per-user key file ``~/.config/torchx_datapipes/cache-hmac.key``).
         hmac_key, hmac_key_file, hmac_key_env: sign pickled values with HMAC-SHA256 under this key
             (bytes, a file only its owner can read, or an environment variable) and unpickle
             only values whose signature verifies. Tensors, arrays and JSON-able values are never
@@ -85,6 +86,8 @@ class Cache(abc.ABC):
     """
 
     scheme: ClassVar[str] = ""
+    # True: other users can write to the store (a server): pickles are signed with the per-user key
+    shared_store: ClassVar[bool] = False
     _set_many_takes_ttl: ClassVar[bool] = True
     default_max_value_bytes: ClassVar[Optional[int]] = None
 
@@ -164,55 +167,23 @@ class Cache(abc.ABC):
         return cls(**options)
 
     def _default_trust(self) -> Trust:
-        """The trust without ``pickle``/``hmac_key*`` options: every pickle (override per backend)."""
-        return Trust("pickle")
+        """The trust without ``pickle``/``hmac_key*`` options (override per backend): every pickle,
+        or with ``shared_store`` only the pickles signed with the per-user key."""
+        return Trust.user() if self.shared_store else Trust("pickle")
 
     def _prefix(self) -> str:
         return f"{self.namespace}:{self.version}:"
 
     # ------------------------------------------------------------------- process state
-    def _live(self) -> None:
-        """(Re)build per-process state when first used in this process.
-
-        Counters, breaker and warnings are per process (guarded by a lock); connections are
-        per thread (``_live_conn``), because sqlite connections and pymemcache clients must
-        not be shared by threads.
-        """
-        pid = os.getpid()
-        if self._live_pid != pid:
-            live = [k for k in self.__dict__ if k.startswith("_live")]
-            if self._live_pid != -1:  # forked: keep the parent's connections alive, unused
-                _INHERITED.extend(self.__dict__[k] for k in live if k.startswith("_live_tls"))
-            for k in live:
-                del self.__dict__[k]
-            self._live_tls = threading.local()
-            self._live_lock = threading.Lock()
-            self._live_breaker = CircuitBreaker(self.failures, self.cooldown, self.clock)
-            self._live_stats = CacheStats()
-            self._live_warned: Set[str] = set()
-            self._live_pid = pid
-
-    @property
-    def _live_conn(self) -> Any:
-        """This thread's connection (None until the backend opens one)."""
-        return getattr(self._live_tls, "conn", None)
-
-    @_live_conn.setter
-    def _live_conn(self, conn: Any) -> None:
-        self._live_tls.conn = conn
+    def _fresh_process_state(self) -> None:
+        self._live_breaker = CircuitBreaker(self.failures, self.cooldown, self.clock)
+        self._live_stats = CacheStats()
 
     def _count(self, **deltas: int) -> None:
         with self._live_lock:
             st = self._live_stats
             for name, n in deltas.items():
                 setattr(st, name, getattr(st, name) + n)
-
-    def __getstate__(self) -> Dict[str, Any]:
-        return {k: v for k, v in self.__dict__.items() if not k.startswith("_live")}
-
-    def __setstate__(self, state: Dict[str, Any]) -> None:
-        self.__dict__.update(state)
-        self._live_pid = -1
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.describe()!r}, namespace={self.namespace!r})"

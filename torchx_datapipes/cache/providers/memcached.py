@@ -11,6 +11,10 @@ are counted as misses, never reported as hits.
 memcached cannot list keys, so ``clear()`` writes a new random generation token for the
 namespace; every value carries the token it was written under and a value from an older
 generation is a miss. The token rides along in the same ``get_many`` round trip.
+
+Trust: memcached has no access control, so anyone who can reach its port can plant a pickle;
+pickled values are signed with the per-user HMAC key (``~/.config/torchx_datapipes/cache-hmac.key``)
+unless ``pickle=`` or an ``hmac_key*`` option says otherwise.
 """
 
 import math
@@ -59,6 +63,7 @@ class MemcachedCache(Cache):
     """
 
     scheme = "memcached"
+    shared_store = True  # pickles signed with the per-user key by default
     default_max_value_bytes = 1024 * 1024 - 1024 - GEN_BYTES
 
     def __init__(

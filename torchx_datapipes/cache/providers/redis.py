@@ -6,6 +6,10 @@ and ~1M/s with RESP3 as well (../shared/DESIGN.md); RESP3 is used and hiredis is
 installed. redis-py's defaults block 5 s per failed call, so timeouts are short (``timeout``,
 0.5 s), retries are off and the base class's circuit breaker takes over. Clients cannot be
 pickled; this class pickles its URL and options only and connects lazily per process.
+
+Trust: anyone who can write to the server could plant a pickle, so pickled values are signed with
+the per-user HMAC key (``~/.config/torchx_datapipes/cache-hmac.key``) unless ``pickle=`` or an
+``hmac_key*`` option says otherwise; a value not signed with it is a miss, never unpickled.
 """
 
 import urllib.parse
@@ -27,6 +31,7 @@ class RedisCache(Cache):
     """
 
     scheme = "redis"
+    shared_store = True  # pickles signed with the per-user key by default
     default_max_value_bytes = 512 * 1024 * 1024  # Redis's own limit for a string value
 
     def __init__(self, url: str = "redis://127.0.0.1:6379/0", **options: Any) -> None:
