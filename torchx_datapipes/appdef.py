@@ -37,7 +37,7 @@ from torchx_datapipes.io.fs import InputFile, check_disjoint, check_io_disjoint,
 from torchx_datapipes.io.lease import refuse_if_held
 from torchx_datapipes.io.manifest import has_success, success_url
 from torchx_datapipes.io.ownership import check_writable, refuse_foreign
-from torchx_datapipes.ops import SPECS
+from torchx_datapipes.ops import SPECS, get_op
 from torchx_datapipes.options import OptionError
 from torchx_datapipes.secrets import mask_url
 
@@ -61,6 +61,11 @@ def client_checks() -> Iterator[None]:
     except (ValueError, TypeError, OSError, ImportError, AttributeError, DatapipesError) as e:
         name = "" if isinstance(e, OptionError) else f"{type(e).__name__}: "
         raise InvalidArgumentError(mask_url(f"{name}{e}")) from e
+
+
+def component_doc(op: str) -> str:
+    """The docstring of the ``components.py`` function of ``op`` (``OpDef.component_doc``)."""
+    return get_op(op).component_doc()
 
 
 def build_app(op: str, arguments: Mapping[str, Any]) -> specs.AppDef:

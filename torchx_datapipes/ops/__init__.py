@@ -11,10 +11,12 @@ and the entry-point group ``torchx_datapipes.ops`` for third-party packages::
     [project.entry-points."torchx_datapipes.ops"]
     dedup = "my_pkg.dedup:OP"
 
-TorchX needs a literal component function per op (it reads signatures and docstrings):
-``components.py`` keeps one per built-in op, checked against the spec by ``tests/test_options.py``.
+TorchX needs a literal component function per op (it reads its signature from the source, and its
+docstring as the CLI help): ``components.py`` keeps one per built-in op, a signature checked against
+the spec by ``tests/test_options.py``; its docstring is :meth:`OpDef.component_doc`.
 """
 
+import textwrap
 from dataclasses import dataclass
 from typing import Iterator, Mapping, Tuple
 
@@ -22,6 +24,7 @@ from torchx_datapipes.options.spec import OpSpec
 from torchx_datapipes.plugins import Registry
 
 ENTRY_POINT_GROUP = "torchx_datapipes.ops"
+_DOC_WIDTH = 104
 _O = "torchx_datapipes.ops."
 _KNOWN = {name: f"{_O}{name}:OP" for name in ("transform", "split", "stats", "validate", "tokenize")}
 
@@ -34,10 +37,20 @@ class OpDef:
     help: str
     runner: str
     needs_fn: bool = False  # the runner refuses to start without --artifact (transform)
+    doc: str = ""  # what the component does: the first part of its docstring (TorchX's CLI help)
 
     @property
     def name(self) -> str:
         return self.spec.op
+
+    def component_doc(self) -> str:
+        """The component function's docstring: :attr:`doc`, then ``Args:`` written from the option spec
+        (``torchx run ... --help`` shows it; the component cannot drift from the spec)."""
+        lines = [self.doc.strip() or self.help, "", "Args:"]
+        for o in self.spec.component_options():
+            text = f"{o.name}: {' '.join(o.help.split())}"
+            lines += textwrap.wrap(text, _DOC_WIDTH, initial_indent="    ", subsequent_indent="        ")
+        return "\n".join(lines) + "\n"
 
 
 OPS: Registry[OpDef] = Registry("op", ENTRY_POINT_GROUP, _KNOWN)

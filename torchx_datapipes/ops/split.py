@@ -78,8 +78,15 @@ SPLIT = OpSpec(
     ),
 )
 
+_DOC = """Split a data set into named parts (train/val/test/...) reproducibly, for any -j.
+
+Writes ``OUTPUT/<split>/part-NNNNN.jsonl`` and ``OUTPUT/_SUCCESS`` with counts per split (and per
+class when stratified), the options and the seed. See docs/split.md for the guarantees.
+"""
+
 OP = OpDef(
     SPLIT,
     help="train/val/test split",
     runner="torchx_datapipes.runner.split:make_op",
+    doc=_DOC,
 )

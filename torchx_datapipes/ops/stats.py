@@ -58,8 +58,17 @@ STATS = OpSpec(
     ),
 )
 
+_DOC = """Compute one-pass, mergeable summary statistics of a data set and an HTML report.
+
+Writes ``OUTPUT/stats.json`` (schema in docs/stats-schema.md), ``OUTPUT/report.html`` (a
+self-contained page with a histogram per numeric field and a top-k chart per string field, for the
+first 100 fields),
+``OUTPUT/stats.md`` and ``OUTPUT/_SUCCESS`` last.
+"""
+
 OP = OpDef(
     STATS,
     help="summary statistics and a report",
     runner="torchx_datapipes.runner.stats:make_op",
+    doc=_DOC,
 )

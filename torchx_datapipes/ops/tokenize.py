@@ -228,8 +228,19 @@ TOKENIZE = OpSpec(
     ),
 )
 
+_DOC = """Tokenize a text field of every record into Megatron indexed-dataset shards, exactly once.
+
+Each unit of the input becomes ``OUTPUT/part-NNNNN.bin`` + ``.idx`` (Megatron's ``MMIDIDX`` layout,
+opened by ``megatron.core.datasets.indexed_dataset.IndexedDataset(prefix)``): one sequence per
+document, documents in input order (files sorted, then lines) across parts in part order, the
+same bytes for any ``-j``. ``OUTPUT/part-NNNNN.lines.json`` maps each document to its input line;
+``OUTPUT/_SUCCESS`` lists the shards with their token counts. Read them for training with
+``torchx_datapipes.data.TokenDataset``; see docs/tokenize.md.
+"""
+
 OP = OpDef(
     TOKENIZE,
     help="tokenize a text field into Megatron .bin/.idx shards",
     runner="torchx_datapipes.runner.tokenize:make_op",
+    doc=_DOC,
 )

@@ -88,9 +88,19 @@ TRANSFORM = OpSpec(
     ),
 )
 
+_DOC = """Apply a Python function to every record of a data set, exactly once, on every rank and worker.
+
+The function is packaged on the client into a sha256-pinned artifact; each slot (rank x worker)
+claims the next unit of the input, largest first (or, with ``--assign static``, every
+(ranks x workers)-th unit, DistributedSampler's rule, never padded), writes
+``OUTPUT/part-NNNNN.jsonl`` per unit atomically, and rank 0 writes ``OUTPUT/_SUCCESS`` (a JSON
+manifest) last. Relaunching a failed job with the same output resumes from committed units.
+"""
+
 OP = OpDef(
     TRANSFORM,
     help="apply a function to every record",
     runner="torchx_datapipes.runner.transform:make_op",
     needs_fn=True,
+    doc=_DOC,
 )

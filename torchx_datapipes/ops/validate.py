@@ -84,8 +84,18 @@ VALIDATE = OpSpec(
     ),
 )
 
+_DOC = """Check every record against a schema while profiling the data; fail the job on anomalies (a CI gate).
+
+Writes ``OUTPUT/stats.json`` (as the stats job), ``OUTPUT/anomalies.json`` (each anomaly with up
+to 5 example records: file, line and value) and ``OUTPUT/report.html`` (anomalies first, then
+baseline against current), whether the job then passes or fails; ``OUTPUT/_SUCCESS`` only when no
+anomaly reaches ``--fail_on``. Make the schema with ``python -m torchx_datapipes.schema infer``;
+see docs/validate.md.
+"""
+
 OP = OpDef(
     VALIDATE,
     help="check every record against a schema, with statistics",
     runner="torchx_datapipes.runner.validate:make_op",
+    doc=_DOC,
 )
