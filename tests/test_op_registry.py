@@ -14,7 +14,14 @@ from torchx_datapipes.io import manifest_schema as ms
 from torchx_datapipes.io.checksum import write_file
 from torchx_datapipes.io.fs import join
 from torchx_datapipes.ops import OPS, SPECS, OpDef, get_op, op_names, register_op
-from torchx_datapipes.ops.common import INPUT_HELP, RUNNER_ONLY, data_options, io_options, ship_options
+from torchx_datapipes.ops.common import (
+    INPUT_HELP,
+    RUNNER_ONLY,
+    data_options,
+    io_options,
+    launch_options,
+    ship_options,
+)
 from torchx_datapipes.options import OpSpec, Option, OptionError
 from torchx_datapipes.runner.main import parse_args
 
@@ -25,6 +32,7 @@ TOY_SPEC = OpSpec(
         Option("word", "str", "hi", "the word toy.txt starts with"),
         *data_options(256, "records per batch", "raise or skip", output_format=False),
         *ship_options("artifact store", "how fn is shipped"),
+        *launch_options("/toy"),
         *RUNNER_ONLY,
     ),
 )
@@ -95,6 +103,19 @@ def test_a_registered_op_is_in_the_option_checks_and_the_help(
     with pytest.raises(SystemExit):
         parse_args(["toy", "--help"])
     assert "the word toy.txt starts with" in capsys.readouterr().out
+
+
+def test_api_app_builds_a_registered_op_s_job(toy: OpDef, tmp_path: Path, monkeypatch: Any) -> None:
+    from torchx_datapipes import api
+    from torchx_datapipes.appdef import InvalidArgumentError
+
+    monkeypatch.chdir(tmp_path)
+    make_dataset(tmp_path / "data", [3])
+    app = api.app("toy", "data/*.jsonl", "out", word="yo")
+    cmd = " ".join(app.roles[0].args)
+    assert "torchx_datapipes.runner toy" in cmd and "--word yo" in cmd, cmd
+    with pytest.raises(InvalidArgumentError, match="toy: unknown option"):
+        api.app("toy", "data/*.jsonl", "out", wrod="yo")
 
 
 def test_the_clobber_rule_protects_the_built_in_ops() -> None:

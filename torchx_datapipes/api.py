@@ -17,12 +17,13 @@ from typing import Any, Callable, Dict, List, Optional, Union
 from torchx import specs
 
 from torchx_datapipes import artifact, components
-from torchx_datapipes.appdef import META_OP, META_OUTPUT, default_store, for_scheduler
+from torchx_datapipes.appdef import META_OP, META_OUTPUT, build_app, default_store, for_scheduler
 from torchx_datapipes.cluster import META_MEM_FLOOR, check_memory, check_scheduler, oom_hint, ray_workspace
 from torchx_datapipes.errors import DatapipesError
 from torchx_datapipes.io.fs import join, join_patterns, read_bytes
 from torchx_datapipes.io.manifest import read_manifest
 from torchx_datapipes.kinds import FnKind, kind_of
+from torchx_datapipes.ops import builtin_op_names
 from torchx_datapipes.ops.defaults import config_dirs, with_defaults
 
 Fn = Union[Callable[..., Any], str]
@@ -251,6 +252,28 @@ def _optional_fn(op: str, fn: Optional[Fn], given: Dict[str, Any]) -> Dict[str, 
     return args
 
 
+def app(
+    op: str,
+    input: Union[str, List[str]],
+    output: str,
+    fn: Optional[Fn] = None,
+    **kwargs: Any,
+) -> specs.AppDef:
+    """Build the AppDef of any op the registry knows (``torchx_datapipes.ops``): a built-in one, one
+    registered with ``register_op`` or one from a plug-in's entry point, e.g.
+    ``api.run(api.app("dedup", "data/*.jsonl", "out/dedup", threshold=0.8))``.
+
+    Arguments are the op's options (its component's, in Python forms: lists and dicts work for the
+    CLI's ``a,b`` and ``k=v`` strings); arguments not passed come from ``[component:datapipes.OP]``
+    in ``.torchxconfig``, then from the op's defaults; ``fn`` may be a live callable. A built-in op
+    goes through its component function (``components.py``), any other through the same builder.
+    """
+    args = _optional_fn(op, fn, {"input": _inputs(input), "output": output, **kwargs})
+    if op in builtin_op_names():
+        return getattr(components, op)(**args)  # type: ignore[no-any-return]
+    return build_app(op, args)
+
+
 def split(
     input: Union[str, List[str]],
     output: str,
@@ -267,8 +290,7 @@ def split(
     from the component's defaults (``fractions`` train=0.8,val=0.1,test=0.1).
     """
     given = _given(fractions=fractions, j=j, artifact_store=artifact_store, backend=backend)
-    args = _optional_fn("split", fn, {"input": _inputs(input), "output": output, **given, **kwargs})
-    return components.split(**args)
+    return app("split", input, output, fn, **given, **kwargs)
 
 
 def stats(
@@ -286,8 +308,7 @@ def stats(
     from the component's defaults.
     """
     given = _given(j=j, artifact_store=artifact_store, backend=backend)
-    args = _optional_fn("stats", fn, {"input": _inputs(input), "output": output, **given, **kwargs})
-    return components.stats(**args)
+    return app("stats", input, output, fn, **given, **kwargs)
 
 
 def validate(
@@ -306,8 +327,7 @@ def validate(
     from the component's defaults.
     """
     given = _given(baseline=baseline, fail_on=fail_on, j=j)
-    given.update(input=input, output=output, schema=schema, **kwargs)
-    return components.validate(**_optional_fn("validate", None, given))
+    return app("validate", input, output, schema=schema, **given, **kwargs)
 
 
 def tokenize(
@@ -324,6 +344,46 @@ def tokenize(
     Arguments not passed come from ``[component:datapipes.tokenize]`` in ``.torchxconfig``, then
     from the component's defaults.
     """
-    given = _given(j=j)
-    given.update(input=_inputs(input), output=output, tokenizer=tokenizer, **kwargs)
-    return components.tokenize(**_optional_fn("tokenize", fn, given))
+    return app("tokenize", input, output, fn, tokenizer=tokenizer, **_given(j=j), **kwargs)
+
+
+def dedup(
+    input: Union[str, List[str]],
+    output: str,
+    method: Optional[str] = None,
+    threshold: Optional[float] = None,
+    action: Optional[str] = None,
+    fn: Optional[Fn] = None,
+    j: Optional[str] = None,
+    **kwargs: Any,
+) -> specs.AppDef:
+    """Build the dedup AppDef (docs/dedup.md): near (``method="near"``, MinHash LSH verified by exact
+    Jaccard at ``threshold``) or exact duplicates, dropped or annotated (``action``);
+    ``api.run(app).manifest["dedup"]`` holds the counts.
+
+    Arguments not passed come from ``[component:datapipes.dedup]`` in ``.torchxconfig``, then from
+    the component's defaults (near, 0.8, drop).
+    """
+    given = _given(method=method, threshold=threshold, action=action, j=j)
+    return app("dedup", input, output, fn, **given, **kwargs)
+
+
+def decontaminate(
+    input: Union[str, List[str]],
+    output: str,
+    reference: Union[str, List[str]],
+    ngram: Optional[int] = None,
+    fn: Optional[Fn] = None,
+    j: Optional[str] = None,
+    **kwargs: Any,
+) -> specs.AppDef:
+    """Build the decontaminate AppDef (docs/dedup.md): drop every input record sharing a word n-gram
+    (``ngram`` words, default 13) with a ``reference`` record; ``api.run(app).manifest["decontaminate"]``
+    holds the counts.
+
+    Arguments not passed come from ``[component:datapipes.decontaminate]`` in ``.torchxconfig``, then
+    from the component's defaults.
+    """
+    return app(
+        "decontaminate", input, output, fn, reference=_inputs(reference), **_given(ngram=ngram, j=j), **kwargs
+    )

@@ -98,7 +98,9 @@ def build_app(op: str, arguments: Mapping[str, Any]) -> specs.AppDef:
             from torchx_datapipes.cache.shipping import public_cache_url
 
             values["cache"] = public_cache_url(values["cache"], values["artifact_store"] or default_store())
-        fn_arg = fn_args(values["fn"], values["artifact_store"], values["backend"], where.dryrun)
+        fn_arg = fn_args(
+            values.get("fn"), values.get("artifact_store"), values.get("backend", "cloudpickle"), where.dryrun
+        )
     args = [*spec.runner_args(values), *fn_arg]
     v = values
     nproc = parse_nnodes(v["j"])[2]

@@ -1,4 +1,5 @@
-"""TorchX components of torchx_datapipes: ``transform``, ``split``, ``stats``, ``validate`` and ``tokenize``.
+"""TorchX components of torchx_datapipes: ``transform``, ``split``, ``stats``, ``validate``, ``tokenize``,
+``dedup`` and ``decontaminate``.
 
 Run them with ``torchx run -s local_cwd torchx_datapipes.components:transform --help``
 (or the short names ``datapipes.transform`` ...). Each returns an AppDef that launches the
@@ -31,6 +32,7 @@ import torchx
 from torchx import specs
 
 import torchx_datapipes.appdef as _appdef
+import torchx_datapipes.ops.decontaminate as _decontaminate
 import torchx_datapipes.ops.tokenize as _tokenize
 
 # TorchX execs this file inside ``torchx.specs.finder``'s own globals for ``components.py:NAME``
@@ -253,6 +255,99 @@ def tokenize(
 
 
 tokenize.__doc__ = _appdef.component_doc("tokenize")
+
+
+def dedup(
+    input: str,
+    output: str,
+    field: str = "text",
+    method: str = "near",
+    threshold: float = 0.8,
+    ngram: int = 5,
+    action: str = "drop",
+    cluster_field: str = "dedup_cluster",
+    verify: str = "True",
+    partitions: int = 0,
+    fn: Optional[str] = None,
+    format: str = "auto",
+    output_format: str = "jsonl",
+    schema: Optional[str] = None,
+    na_values: Optional[str] = None,
+    delimiter: Optional[str] = None,
+    header: str = "True",
+    num_workers: int = 1,
+    assign: str = "dynamic",
+    batch_size: int = 1024,
+    on_error: str = "raise",
+    max_error_rate: float = 0.1,
+    max_restarts: int = 0,
+    overwrite: str = "False",
+    artifact_store: Optional[str] = None,
+    backend: str = "cloudpickle",
+    unit_mb: float = 64.0,
+    max_record_mb: float = 64.0,
+    name: str = "/dedup",
+    image: str = torchx.IMAGE,
+    h: Optional[str] = None,
+    cpu: int = 2,
+    gpu: int = 0,
+    memMB: int = 0,
+    j: str = "1x2",
+    env: Optional[Dict[str, str]] = None,
+    mounts: Optional[List[str]] = None,
+    rdzv_port: int = 29500,
+    max_retries: int = 0,
+) -> specs.AppDef:
+    return _appdef.build_app("dedup", locals())
+
+
+dedup.__doc__ = _appdef.component_doc("dedup")
+
+
+def decontaminate(
+    input: str,
+    output: str,
+    reference: Optional[str] = None,
+    field: str = "text",
+    reference_field: Optional[str] = None,
+    ngram: int = 13,
+    partitions: int = 0,
+    fn: Optional[str] = None,
+    format: str = "auto",
+    output_format: str = "jsonl",
+    schema: Optional[str] = None,
+    na_values: Optional[str] = None,
+    delimiter: Optional[str] = None,
+    header: str = "True",
+    num_workers: int = 1,
+    assign: str = "dynamic",
+    batch_size: int = 1024,
+    on_error: str = "raise",
+    max_error_rate: float = 0.1,
+    max_restarts: int = 0,
+    overwrite: str = "False",
+    artifact_store: Optional[str] = None,
+    backend: str = "cloudpickle",
+    unit_mb: float = 64.0,
+    max_record_mb: float = 64.0,
+    name: str = "/decontaminate",
+    image: str = torchx.IMAGE,
+    h: Optional[str] = None,
+    cpu: int = 2,
+    gpu: int = 0,
+    memMB: int = 0,
+    j: str = "1x2",
+    env: Optional[Dict[str, str]] = None,
+    mounts: Optional[List[str]] = None,
+    rdzv_port: int = 29500,
+    max_retries: int = 0,
+) -> specs.AppDef:
+    with _appdef.client_checks():
+        arguments = _decontaminate.check_together(locals())  # --reference is required
+    return _appdef.build_app("decontaminate", arguments)
+
+
+decontaminate.__doc__ = _appdef.component_doc("decontaminate")
 
 
 if _FINDER_LINTER is not None:  # pragma: no cover - only inside TorchX's exec (see the top)

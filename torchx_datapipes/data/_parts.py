@@ -37,6 +37,9 @@ def _read_success(url: str, storage_options: Optional[Mapping[str, Any]]) -> Dic
     return data
 
 
+RECORD_OPS = ("transform", "split", "dedup", "decontaminate")  # ops whose parts hold records
+
+
 def _check_op(url: str, manifest: Mapping[str, Any]) -> str:
     op = manifest.get(ms.OP)
     if op == "stats":
@@ -44,8 +47,10 @@ def _check_op(url: str, manifest: Mapping[str, Any]) -> str:
             f"{url} is a stats output (a report of the input, not records): read it with"
             " torchx_datapipes.stats, or point OutputDataset at a transform or split output"
         )
-    if op not in ("transform", "split"):
-        raise ReadError(f"{url}/_SUCCESS has op {op!r}; OutputDataset reads 'transform' and 'split' outputs")
+    if op not in RECORD_OPS:
+        raise ReadError(
+            f"{url}/_SUCCESS has op {op!r}; OutputDataset reads the outputs of {', '.join(RECORD_OPS)}"
+        )
     fmt = str(manifest.get(ms.OPTIONS, {}).get(ms.OPT_OUTPUT_FORMAT, "jsonl"))
     try:
         part_reader(fmt)  # the format registry: a built-in, or a plug-in format declaring a reader

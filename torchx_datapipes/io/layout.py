@@ -5,7 +5,9 @@ split), per-unit commit records and side files (``_units/``), bad records (``_er
 offset indexes of WebDataset parts (``_index/part-NNNNN.tar.idx`` beside each part), every
 part's block checksums (``_index/part-NNNNN.<ext>.sums``), the
 output lease (``_LEASE``, renamed ``_LEASE.stale-<token>`` when taken over), temporary files of
-atomic writes (``.tmp-<uuid>-<name>``, renamed into place or removed), and last the manifest
+atomic writes (``.tmp-<uuid>-<name>``, renamed into place or removed), a keyed exchange's spill files
+(``_exchange/<stage>/p-PPPPP/<task>.bin``, removed at the commit), dedup's duplicates table
+(``_dedup/``), and last the manifest
 ``_SUCCESS``. Anything starting with ``_`` or ``.`` is bookkeeping, never data. What of a directory
 counts as ours (and what ``--overwrite`` may delete) is decided in ``io/ownership.py``.
 """
@@ -21,6 +23,8 @@ QUEUE_JOB = "_queue_job.json"  # a queue output's --state: the job id its messag
 STALE_LEASE_PREFIX = f"{LEASE}.stale-"
 INDEX_DIR = "_index"
 SPLIT_DIR = "_split"  # split's side files (thresholds, hashes)
+EXCHANGE_DIR = "_exchange"  # keyed exchanges' spill files (runner/exchange.py), removed at commit
+DEDUP_DIR = "_dedup"  # dedup's duplicates table (_dedup/duplicates-NNNNN.jsonl): a report, not data
 PART_PREFIX = "part-"
 TMP_PREFIX = ".tmp-"
 

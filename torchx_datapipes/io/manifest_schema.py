@@ -48,13 +48,29 @@ by a restarted rank (``job``), by the runner's summary line (``runner/main.py``)
   ``tokenizer_sha256``, ``field``, ``documents``, ``tokens``, ``decode_check`` and ``shards``: each
   shard in order with ``prefix``, ``documents``, ``tokens``, ``first_document``, ``first_token``,
   ``input`` and ``line_offset``; read by ``data/tokens.py``).
+- dedup (``runner/dedup.py``): ``records_out``, ``filtered``, ``output``, ``report`` (the URL of
+  ``report.html``: duplicate fraction, cluster sizes, the largest clusters with examples) and ``dedup``: the
+  counts (``dedup/counts.py`` ``DedupCounts``: ``records_in``, the records with a text field;
+  ``records_out``, ``candidate_pairs``, ``verified_pairs``, ``false_positive_rate``, ``clusters``,
+  ``largest_cluster``), ``removed``, ``method``, ``threshold``, ``ngram``, ``bands``, ``rows``,
+  ``num_perm``, ``action``, ``verify``, ``partitions``, ``rounds`` (label propagation rounds),
+  ``cluster_sizes`` (cluster size -> how many clusters),
+  ``duplicates`` (the ``_dedup`` directory or null) and ``largest_clusters`` (each ``id``,
+  ``file``, ``line``, ``size``); with Parquet ``parquet_schema``.
+- decontaminate (``runner/decontaminate.py``): ``records_out``, ``filtered`` (0), ``output`` and
+  ``decontaminate`` (``records_in``, ``records_out``, ``removed``, ``reference_records``,
+  ``reference_ngrams``, ``ngram``, ``partitions``, ``matches``: the ``_dedup`` directory or null);
+  with Parquet ``parquet_schema``.
 
 ``options`` (``runner/engine.py`` ``Engine.options``, part of the job fingerprint): ``format``,
 ``output_format`` (read by ``data/_parts.py``), ``batch_size``, ``on_error``, ``unit_mb``,
 ``max_record_mb``, and the op's own (``Op.options``): split ``fractions``, ``method``, ``seed``,
 ``key``, ``stratify``; stats ``stats``, ``fn``; validate ``validate`` (``schema``, ``baseline``,
 ``fail_on``), ``stats``, ``fn``; a queue transform ``queue``; tokenize ``tokenize`` (``field``,
-``tokenizer``, ``tokenizer_sha256``, ``eos``, ``dtype``, ``shard_mb``), ``fn``.
+``tokenizer``, ``tokenizer_sha256``, ``eos``, ``dtype``, ``shard_mb``), ``fn``; dedup ``dedup``
+(``field``, ``method``, ``threshold``, ``ngram``, ``action``, ``cluster_field``, ``verify``,
+``partitions``); decontaminate ``decontaminate`` (``reference``, ``reference_files_sha256``,
+``field``, ``reference_field``, ``ngram``, ``partitions``).
 
 A unit summary (``units[i]``, ``runner/commit.py`` ``unit_summary``) is the unit's commit record
 without ``fingerprint``, with ``unit`` the unit's index and ``path`` its input file (Parquet's
@@ -90,6 +106,21 @@ unification (``files``, ``schemas``).
   ``tokens``, ``shards`` (``prefix``, ``documents``, ``tokens`` of each), ``line_offset`` (lines of
   the input file before the unit's first; null: summed from the earlier units at commit),
   ``decode_check`` (``sampled``, ``tokens_equal``, ``text_equal``).
+- dedup, main pass (``_units/NNNNN.json``): ``records_out``, ``filtered``, ``outputs``,
+  ``duplicates`` (records removed or annotated as duplicates), ``examples`` (records of the largest
+  clusters: ``[representative, id, jaccard, text]``, for the report); with Parquet ``schemas``. Its other
+  passes (``_units/NNNNN.<pass>.json``; a task of a pass over a keyed exchange, ``runner/exchange.py``,
+  is one partition, its ``unit`` a partition named ``_exchange/<stage>/p-PPPPP``): ``map`` (input
+  units) ``texts`` (records with a text field), ``line_offset``; ``pairs`` ``pairs`` (candidate
+  pairs of one band partition); ``verify`` and ``exact`` ``candidate_pairs``, ``verified_pairs``
+  (``exact`` also ``clusters``, ``largest_cluster``, ``removed``, ``largest_clusters``,
+  ``cluster_sizes``);
+  ``ccN``/``labN`` (round N) ``proposals`` and ``changed``; ``route`` ``removed``; ``sizes``
+  ``clusters``, ``largest_cluster``, ``removed``, ``largest_clusters`` (``[id, size]`` pairs),
+  ``cluster_sizes``.
+- decontaminate, main pass: ``records_out``, ``filtered``, ``outputs``, ``removed``; with Parquet
+  ``schemas``. ``ref`` (a task per reference unit) and ``map``: ``texts``, ``line_offset``;
+  ``join`` (a task per partition): ``ngrams`` (distinct reference n-grams), ``hits``.
 """
 
 from typing import Dict, FrozenSet, Tuple
@@ -150,6 +181,8 @@ ANOMALIES = "anomalies"
 ANOMALIES_JSON = "anomalies_json"
 TOKENS = "tokens"  # also a commit record's
 TOKENIZE = "tokenize"
+DEDUP = "dedup"  # also the options' section
+DECONTAMINATE = "decontaminate"  # also the options' section
 
 # -- inside _SUCCESS sections ------------------------------------------------------------------
 INPUT_PATH, INPUT_SIZE = "path", "size"  # inputs[i]
@@ -204,6 +237,22 @@ PEAK_BACKLOG = "peak_backlog"
 SHARDS = "shards"
 LINE_OFFSET = "line_offset"
 DECODE_CHECK = "decode_check"
+TEXTS = "texts"
+PAIRS = "pairs"
+CANDIDATE_PAIRS = "candidate_pairs"  # also in _SUCCESS's dedup
+VERIFIED_PAIRS = "verified_pairs"  # also in _SUCCESS's dedup
+CLUSTERS = "clusters"  # also in _SUCCESS's dedup
+LARGEST_CLUSTER = "largest_cluster"  # also in _SUCCESS's dedup
+LARGEST_CLUSTERS = "largest_clusters"  # also in _SUCCESS's dedup
+REMOVED = "removed"  # also in _SUCCESS's dedup
+PROPOSALS = "proposals"
+CHANGED = "changed"
+DUPLICATES = "duplicates"  # also in _SUCCESS's dedup (the _dedup directory)
+CLUSTER_SIZES = "cluster_sizes"  # also in _SUCCESS's dedup
+EXAMPLES = "examples"
+NGRAMS = "ngrams"
+HITS = "hits"
+MATCHES = "matches"  # in _SUCCESS's decontaminate (the _dedup directory)
 # -- inside commit records --------------------------------------------------------------------
 FILE_PATH, FILE_SIZE, FILE_XXH3 = "path", "size", "xxh3_128"  # files[i] (io/checksum.py FileSum)
 UNIT_INDEX, UNIT_PATH = "index", "path"  # unit (formats/unit.py Unit)
@@ -245,6 +294,8 @@ OP_KEYS: Dict[str, KeySet] = {  # what each op's finalize adds ("transform_queue
     "stats": (frozenset({RECORDS_DESCRIBED, STATS, REPORT, MARKDOWN}), frozenset()),
     "validate": (frozenset({RECORDS_DESCRIBED, ANOMALIES, STATS, ANOMALIES_JSON, REPORT}), frozenset()),
     "tokenize": (frozenset({RECORDS_OUT, FILTERED, OUTPUT, TOKENS, TOKENIZE}), frozenset()),
+    "dedup": (frozenset({RECORDS_OUT, FILTERED, OUTPUT, DEDUP, REPORT}), frozenset({PARQUET_SCHEMA})),
+    "decontaminate": (frozenset({RECORDS_OUT, FILTERED, OUTPUT, DECONTAMINATE}), frozenset({PARQUET_SCHEMA})),
 }
 INPUT_KEYS = frozenset({INPUT_PATH, INPUT_SIZE})
 ARTIFACT_KEYS = frozenset({ARTIFACT_URL, ARTIFACT_SHA256})
@@ -265,6 +316,8 @@ OP_OPTIONS: Dict[str, FrozenSet[str]] = {
     "stats": frozenset({OPT_STATS, OPT_FN}),
     "validate": frozenset({OPT_VALIDATE, OPT_STATS, OPT_FN}),
     "tokenize": frozenset({OPT_TOKENIZE, OPT_FN}),
+    "dedup": frozenset({DEDUP}),
+    "decontaminate": frozenset({DECONTAMINATE}),
 }
 VALIDATE_OPTIONS = frozenset({OPT_VALIDATE_SCHEMA, OPT_VALIDATE_BASELINE, OPT_VALIDATE_FAIL_ON})
 
@@ -290,6 +343,35 @@ PASS_KEYS: Dict[str, KeySet] = {  # what each op's pass adds to the record ("spl
         frozenset({RECORDS_OUT, FILTERED, OUTPUTS, TOKENS, SHARDS, LINE_OFFSET, DECODE_CHECK}),
         frozenset(),
     ),
+    "dedup": (frozenset({RECORDS_OUT, FILTERED, OUTPUTS, DUPLICATES, EXAMPLES}), frozenset({SCHEMAS})),
+    "dedup_map": (frozenset({TEXTS, LINE_OFFSET}), frozenset()),
+    "dedup_pairs": (frozenset({PAIRS}), frozenset()),
+    "dedup_verify": (frozenset({CANDIDATE_PAIRS, VERIFIED_PAIRS}), frozenset()),
+    "dedup_exact": (
+        frozenset(
+            {
+                CANDIDATE_PAIRS,
+                VERIFIED_PAIRS,
+                CLUSTERS,
+                LARGEST_CLUSTER,
+                REMOVED,
+                LARGEST_CLUSTERS,
+                CLUSTER_SIZES,
+            }
+        ),
+        frozenset(),
+    ),
+    "dedup_cc": (frozenset({PROPOSALS}), frozenset()),
+    "dedup_lab": (frozenset({CHANGED}), frozenset()),
+    "dedup_route": (frozenset({REMOVED}), frozenset()),
+    "dedup_sizes": (
+        frozenset({CLUSTERS, LARGEST_CLUSTER, REMOVED, LARGEST_CLUSTERS, CLUSTER_SIZES}),
+        frozenset(),
+    ),
+    "decontaminate": (frozenset({RECORDS_OUT, FILTERED, OUTPUTS, REMOVED}), frozenset({SCHEMAS})),
+    "decontaminate_ref": (frozenset({TEXTS, LINE_OFFSET}), frozenset()),
+    "decontaminate_map": (frozenset({TEXTS, LINE_OFFSET}), frozenset()),
+    "decontaminate_join": (frozenset({NGRAMS, HITS}), frozenset()),
 }
 FILE_KEYS = frozenset({FILE_PATH, FILE_SIZE, FILE_XXH3})
 SUMMARY_DROPS = frozenset({FINGERPRINT, SCHEMAS})  # a unit summary: the record without these, plus path

@@ -4,8 +4,9 @@
 entries that are not (a user's ``notes.txt``, ``src/``, or their own ``part-00000.jsonl``):
 both refuse, listing a few of those entries and the fix. Entries of ours are:
 
-- always: ``_SUCCESS`` and ``_LEASE`` (regular files), ``_units/``, ``_errors/``, ``_index/``
-  and ``_split/`` (real directories), ``_LEASE.stale-<token>`` and ``.tmp-<32 hex>-<name>``;
+- always: ``_SUCCESS`` and ``_LEASE`` (regular files), ``_units/``, ``_errors/``, ``_index/``,
+  ``_split/``, ``_exchange/`` and ``_dedup/`` (real directories), ``_LEASE.stale-<token>`` and
+  ``.tmp-<32 hex>-<name>``;
 - in a directory already marked as an output of ours (it holds ``_SUCCESS``, ``_LEASE``, a stale
   lease, or ``_units/``, which a job creates, empty, before it writes any part): parts named
   ``part-NNNNN.<ext>``, the stats and validate files (``stats.json``, ``report.html``,
@@ -25,7 +26,9 @@ from typing import Any, Dict, List, Tuple
 from torchx_datapipes.errors import DatapipesError
 from torchx_datapipes.io.fs import fs_and_path, is_plain_local, join
 from torchx_datapipes.io.layout import (
+    DEDUP_DIR,
     ERRORS_DIR,
+    EXCHANGE_DIR,
     INDEX_DIR,
     LEASE,
     QUEUE_JOB,
@@ -36,7 +39,7 @@ from torchx_datapipes.io.layout import (
 )
 
 RESERVED_FILES = (SUCCESS, LEASE, QUEUE_JOB)
-RESERVED_DIRS = (UNITS_DIR, ERRORS_DIR, INDEX_DIR, SPLIT_DIR)
+RESERVED_DIRS = (UNITS_DIR, ERRORS_DIR, INDEX_DIR, SPLIT_DIR, EXCHANGE_DIR, DEDUP_DIR)
 STATS_FILES = ("stats.json", "report.html", "stats.md", "anomalies.json")  # stats and validate outputs
 _PART = re.compile(r"part-\d{5,}(\.[A-Za-z0-9]+)+")
 _TMP = re.compile(r"\.tmp-[0-9a-f]{32}-.+")

@@ -26,7 +26,10 @@ from torchx_datapipes.plugins import Registry
 ENTRY_POINT_GROUP = "torchx_datapipes.ops"
 _DOC_WIDTH = 104
 _O = "torchx_datapipes.ops."
-_KNOWN = {name: f"{_O}{name}:OP" for name in ("transform", "split", "stats", "validate", "tokenize")}
+_KNOWN = {
+    name: f"{_O}{name}:OP"
+    for name in ("transform", "split", "stats", "validate", "tokenize", "dedup", "decontaminate")
+}
 
 
 @dataclass(frozen=True)
@@ -67,6 +70,11 @@ def get_op(name: str) -> OpDef:
 
 def op_names() -> Tuple[str, ...]:
     return OPS.names()
+
+
+def builtin_op_names() -> Tuple[str, ...]:
+    """The ops this package ships (each with its component function in ``components.py``)."""
+    return tuple(_KNOWN)
 
 
 class _Specs(Mapping[str, OpSpec]):

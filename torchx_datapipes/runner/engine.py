@@ -16,35 +16,27 @@ import sys
 import time
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
-from typing import Any, Dict, List, Optional, Protocol, Tuple
+from typing import Any, Dict, List, Optional, Protocol, Sequence, Tuple
 
 import orjson
 
 from torchx_datapipes.errors import DatapipesError, OutputExistsError
-from torchx_datapipes.formats.columns import manifest_entries as renamed_columns
 from torchx_datapipes.formats.planning import Unit, plan_units
 from torchx_datapipes.formats.reading import UnitReader, record_bytes
 from torchx_datapipes.io import manifest as mf
 from torchx_datapipes.io import manifest_schema as ms
 from torchx_datapipes.io.checksum import verify
-from torchx_datapipes.io.fs import check_disjoint, expand_input_files, join
-from torchx_datapipes.io.layout import ERRORS_DIR
+from torchx_datapipes.io.fs import check_disjoint, expand_input_files
 from torchx_datapipes.io.lease import Lease, LeaseLostError, lease_lost, run_identity
 from torchx_datapipes.io.ownership import check_reserved, mark_output, refuse_foreign
 from torchx_datapipes.io.stale import remove_stale_temps
 from torchx_datapipes.runner.background import Background
 from torchx_datapipes.runner.badrecords import ErrorSink, OnError
 from torchx_datapipes.runner.claim import Claimer, Counters, LocalCounters, StoreCounters, counter_names
-from torchx_datapipes.runner.commit import (
-    check_error_rate,
-    check_files,
-    hold_on_to_success,
-    remove_strays,
-    slot_counts,
-    unit_summary,
-)
+from torchx_datapipes.runner.commit import hold_on_to_success
 from torchx_datapipes.runner.context import PassContext, UnitFn
 from torchx_datapipes.runner.dist import Dist, die_with_agent
+from torchx_datapipes.runner.finish import commit_job
 from torchx_datapipes.runner.progress import JobProgress, Progress
 
 
@@ -110,6 +102,7 @@ class Engine:
         self.t0 = time.time()
         self.inputs: List[Tuple[str, int]] = []  # planned in execute(): rank 0 plans, every rank uses it
         self.units: List[Unit] = []
+        self.tasks: Dict[str, List[Unit]] = {}  # a pass over other tasks than the units (run_pass tasks=)
         self.fingerprint = ""
         self.lease: Optional[Lease] = None
         self.lease_token = ""  # rank 0's lease token, shared with the plan
@@ -263,9 +256,15 @@ class Engine:
             return StoreCounters(self.dist.store, self.dist.prefix, self.cfg.timeout_s)
         return LocalCounters(counter_names(pass_name))
 
-    def run_pass(self, pass_name: str, fn: UnitFn) -> None:
-        """Run ``fn`` on every unit this rank's slots claim (in worker processes if more than one)."""
+    def run_pass(self, pass_name: str, fn: UnitFn, tasks: Optional[Sequence[Unit]] = None) -> None:
+        """Run ``fn`` on every unit this rank's slots claim (in worker processes if more than one).
+
+        ``tasks`` (the same on every rank): instead of the units, e.g. a keyed exchange's partitions
+        (``runner/exchange.py``), claimed, committed and resumed alike; their readers read nothing.
+        """
         global _ACTIVE
+        if tasks is not None:
+            self.tasks[pass_name] = list(tasks)
         _, mine = self.slots()
         counters = self.counters(pass_name)
         monitor = self._job_progress(pass_name, counters)
@@ -296,19 +295,24 @@ class Engine:
         if self.dist.rank != 0 or self.cfg.progress_s <= 0:
             return None
         reader = counters.fresh() if isinstance(counters, StoreCounters) else counters
+        units = self.pass_units(pass_name)
         monitor = JobProgress(
-            f"{pass_name} job", pass_name, reader, len(self.units), sum(u.nbytes for u in self.units),
+            f"{pass_name} job", pass_name, reader, len(units), sum(u.nbytes for u in units),
             self.cfg.progress_s,
         )  # fmt: skip
         monitor.start()
         return monitor
+
+    def pass_units(self, pass_name: str) -> List[Unit]:
+        """What a pass runs over: its tasks if it was given some, else the planned units."""
+        return self.tasks.get(pass_name, self.units)
 
     def meta_name(self, unit: Unit, pass_name: str) -> str:
         return unit.name if pass_name == "main" else f"{unit.name}.{pass_name}"
 
     def run_slot(self, slot: int, pass_name: str, fn: UnitFn, counters: Counters) -> Dict[str, Any]:
         nslots, _ = self.slots()
-        claimer = Claimer(self.units, pass_name, self.cfg.assign, counters, slot, nslots)
+        claimer = Claimer(self.pass_units(pass_name), pass_name, self.cfg.assign, counters, slot, nslots)
         w = max(1, self.cfg.num_workers)
         label = f"{pass_name} rank {self.dist.rank}/{self.dist.world_size} worker {slot % w}/{w}"
         planned = sum(u.nbytes for u in claimer.order) if self.cfg.assign == "static" else 0
@@ -381,7 +385,7 @@ class Engine:
 
     def load_metas(self, pass_name: str) -> List[Dict[str, Any]]:
         metas, missing = [], []
-        for u in self.units:
+        for u in self.pass_units(pass_name):
             m = mf.read_unit_meta(self.cfg.output, self.meta_name(u, pass_name), self.fingerprint)
             (metas.append(m) if m is not None else missing.append(u.describe()))
         if missing:
@@ -393,56 +397,8 @@ class Engine:
 
     # -- commit ---------------------------------------------------------------------------
     def commit(self) -> Dict[str, Any]:
-        c = self.cfg
-        metas = self.load_metas("main")
-        check_files(c.output, metas)
-        totals = {
-            k: sum(int(m.get(k, 0)) for m in metas)
-            for k in (
-                ms.RECORDS_IN,
-                ms.BAD,
-                ms.BLANK_LINES,
-                ms.SKIPPED_MEMBERS,
-                ms.RENAMED_JSON_KEYS,
-                ms.LOST_BYTES,
-            )
-        }
-        rate = check_error_rate(metas, sum(u.nbytes for u in self.units), c.max_error_rate, c.output)
-        if self.lease is not None:
-            self.lease.check()  # before finalize writes side files (stats.json, reports)
-        extra = self.op.finalize(self.context(), metas)
-        remove_strays(c.output, metas)
-        inputs = [{ms.INPUT_PATH: p, ms.INPUT_SIZE: s} for p, s in self.inputs]
-        manifest = mf.base_manifest(self.op.name, inputs, {})
-        manifest.update(  # io/manifest_schema.py ENGINE_KEYS, then the op's
-            {
-                ms.OPTIONS: self.options(),
-                ms.ARTIFACT: {ms.ARTIFACT_URL: c.artifact, ms.ARTIFACT_SHA256: c.sha256},
-                ms.JOB: {
-                    ms.JOB_RUN_ID: run_identity(),
-                    ms.JOB_REQUEST: self.request(),
-                    ms.JOB_FINGERPRINT: self.fingerprint,
-                },
-                ms.WORLD_SIZE: self.dist.world_size,
-                ms.NUM_WORKERS: c.num_workers,
-                ms.ASSIGN: c.assign,
-                ms.SLOTS: slot_counts(metas),
-                **totals,  # records_in, bad, blank_lines, skipped_members, renamed_keys, lost_bytes
-                ms.ERROR_RATE: rate,
-                ms.MAX_ERROR_RATE: c.max_error_rate,
-                ms.ERRORS_DIR: join(c.output, ERRORS_DIR) if totals[ms.BAD] else None,
-                ms.STARTED_AT: round(self.t0, 3),  # rank 0's engine start, epoch seconds
-                ms.WALL_TIME_S: round(time.time() - self.t0, 3),
-                **extra,
-                **renamed_columns([(u.path, u.read) for u in self.units]),
-                ms.UNITS: [unit_summary(m) for m in metas],
-            }
-        )
-        if self.lease is not None:
-            self.lease.check()
-        mf.write_manifest(c.output, manifest)
-        hold_on_to_success()  # _SUCCESS is in place: a kill from now on must not fail the job
-        return manifest
+        """Rank 0: check every unit, the op's ``finalize``, ``_SUCCESS`` last (``runner/finish.py``)."""
+        return commit_job(self)
 
 
 def run_op(cfg: RunConfig, op: Op, fn_label: str = "fn") -> Optional[Dict[str, Any]]:
