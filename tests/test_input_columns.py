@@ -3,6 +3,7 @@ reported; repeated JSON keys are bad records; ``--header false``; strptime forma
 the lists of input formats in the docs and help come from the registry."""
 
 import datetime as dt
+import inspect
 import io
 import re
 from pathlib import Path
@@ -242,9 +243,9 @@ def test_format_help_and_component_docstrings_list_every_registered_format() -> 
     help_text = [o for o in ops.SPECS["transform"].options if o.name == "format"][0].help
     assert _named(help_text) == list(registry.builtin_input_names())
     for op in ("transform", "split", "stats"):
-        doc = getattr(components, op).__doc__ or ""
-        block = doc.split("        format:", 1)[1].split(
-            "\n        output_format:" if op == "transform" else "\n        schema:"
+        doc = inspect.getdoc(getattr(components, op)) or ""
+        block = doc.split("\n    format:", 1)[1].split(
+            "\n    output_format:" if op == "transform" else "\n    schema:"
         )[0]
         assert _named(block) == list(registry.builtin_input_names()), op
 
