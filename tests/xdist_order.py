@@ -21,12 +21,15 @@ LONGEST_FIRST = [
     "test_ray.py",  # 33 (a private Ray head)
     "test_e2e_elastic.py",  # 33
     "test_data_access.py",  # 30
+    "test_tokenize.py",  # 28 (a launch, megatron-core)
+    "test_dedup.py",  # 22 (a launch and a killed rank)
     "test_bench_skew.py",  # 29
     "test_e2e_stats.py",  # 28
     "test_e2e_reader.py",  # 28
     "test_cache_holders.py",  # 24
     "test_bench_validate.py",  # 23
     "test_e2e_split.py",  # 20
+    "test_tokenize_dataset.py",  # 18 (torchrun 2 x 2)
     "test_queue_receipts.py",  # 19
     "test_bench_images.py",  # 19
     "test_cache_failures.py",  # 17
