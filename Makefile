@@ -18,7 +18,12 @@ $(VENV)/.installed: pyproject.toml | $(BIN)/python
 	$(PIP) install -q "$(TORCH_SPEC)"
 	$(PIP) install -q "matplotlib>=3.8"
 	$(PIP) install -q -e ".[parquet,zstd,stats]"
+	$(BIN)/python -m compileall -q torchx_datapipes   # see below
 	touch $@
+
+# An editable install writes no bytecode, and with PYTHONDONTWRITEBYTECODE set Python never does:
+# each rank of each job would compile the package again (~0.1 s of its start). pip writes it for a
+# wheel; `compileall` writes it here (a file edited later is compiled again when it is imported).
 
 # litdata (a reference of the images and reader benchmarks, whose smoke tests run in `make test`)
 # requires torchvision, which pip resolves to a multi-GB CUDA torch: it is installed with --no-deps

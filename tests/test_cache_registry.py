@@ -59,9 +59,9 @@ class OtherDictCache(DictCache):
 def clean_registry(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     monkeypatch.setattr(registry.PROVIDERS, "_registered", {})
     monkeypatch.setattr(registry.PROVIDERS, "_loaded", {})
-    plugins.entry_point_table.cache_clear()
+    plugins.forget_entry_points()
     yield
-    plugins.entry_point_table.cache_clear()
+    plugins.forget_entry_points()
 
 
 # ----------------------------------------------------------------------- URL parsing
@@ -161,13 +161,16 @@ def test_register_cache_by_import_string(clean_registry: None) -> None:
 def test_entry_point_group(monkeypatch: pytest.MonkeyPatch, clean_registry: None) -> None:
     eps = [
         EntryPoint(
-            name="epcache", value="torchx_datapipes.cache.providers.memory:MemoryCache", group="other.group"
-        )
+            name="epcache",
+            value="torchx_datapipes.cache.providers.memory:MemoryCache",
+            group=registry.ENTRY_POINT_GROUP,
+        ),
+        EntryPoint(name="elsewhere", value="json:dumps", group="other.group"),
     ]
+    assert registry.ENTRY_POINT_GROUP == "torchx_datapipes.cache"
 
-    def fake_entry_points(*, group: str, name: Optional[str] = None) -> List[EntryPoint]:
-        assert group == registry.ENTRY_POINT_GROUP == "torchx_datapipes.cache"
-        return [ep for ep in eps if name is None or ep.name == name]
+    def fake_entry_points() -> List[EntryPoint]:
+        return eps
 
     monkeypatch.setattr(plugins, "entry_points", fake_entry_points)
     assert "epcache" in schemes()

@@ -355,10 +355,15 @@ def test_restarted_rank_finds_its_own_output_complete(
     monkeypatch.setenv("TORCHELASTIC_RUN_ID", "app-2")  # a different job, restarted or not: refused
     with pytest.raises(OutputExistsError, match="--overwrite True"):
         transform(tmp_path, str(tmp_path / "d/*.jsonl"), "out")
+    # The same job at restart 0 (a requeued Slurm job, a round after a membership change, which does
+    # not count as a restart): complete on every rank alike, --overwrite or not. Before, rank 0 refused
+    # or (with --overwrite) ran the job again while the other ranks returned: it waited for them 300 s.
     monkeypatch.setenv("TORCHELASTIC_RUN_ID", "app-1")
-    monkeypatch.setenv("TORCHELASTIC_RESTART_COUNT", "0")  # a fresh launch is refused too
-    with pytest.raises(OutputExistsError):
-        transform(tmp_path, str(tmp_path / "d/*.jsonl"), "out")
+    monkeypatch.setenv("TORCHELASTIC_RESTART_COUNT", "0")
+    for extra in ((), ("--overwrite", "True")):
+        capfd.readouterr()
+        assert transform(tmp_path, str(tmp_path / "d/*.jsonl"), "out", *extra) == first
+        assert "output already complete" in capfd.readouterr().err
 
 
 def test_split_resume_redoes_a_damaged_parquet_part(

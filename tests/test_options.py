@@ -39,7 +39,7 @@ def test_component_signature_and_docstring_follow_the_spec(op: str) -> None:
         if o.default is REQUIRED:
             assert p.default is inspect.Parameter.empty, o.name
         else:
-            assert p.default == (str(o.default) if o.type == "bool" else o.default), o.name
+            assert p.default == (str(o.default) if o.type == "bool" else o.default_value()), o.name
         assert docs[o.name] == " ".join(o.help.split()), o.name
 
 

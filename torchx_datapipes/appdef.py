@@ -252,9 +252,12 @@ def runner_app(
 ) -> specs.AppDef:
     env = dict(env or {})
     env.setdefault("PYTHONUNBUFFERED", "1")
-    # Per-round worker stores: with torch's shared agent store an agent joining an elastic job in a
-    # later round hangs on MASTER_ADDR (see runner/dist.py).
-    env.setdefault("TORCH_DISABLE_SHARE_RDZV_TCP_STORE", "1")
+    # Per-round worker stores when there can be more than one agent: with torch's shared agent store
+    # an agent joining an elastic job in a later round hangs on MASTER_ADDR (see runner/dist.py). One
+    # node keeps torch's default: the agent's store is up before the ranks start, whereas a store
+    # hosted by rank 0 makes the other ranks retry their connection (up to ~0.4 s of a job here).
+    if parse_nnodes(j)[1] > 1:
+        env.setdefault("TORCH_DISABLE_SHARE_RDZV_TCP_STORE", "1")
     app = ddp(
         op,
         *runner_args,

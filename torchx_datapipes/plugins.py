@@ -4,7 +4,7 @@ Layered like fsspec's ``registry.py``: a table of import strings for the built-i
 ``import torchx_datapipes`` never imports redis, pika or pyarrow), :meth:`Registry.register`
 for code, and an entry-point group for third-party packages. Every kind shares:
 
-- one entry-point scan per group and process (:func:`entry_point_table`: ``entry_points()``
+- one entry-point scan per process for all groups (:func:`entry_point_table`: ``entry_points()``
   reads every installed distribution's metadata, ~20 ms, and was once asked for every part);
 - one import with one install hint (:func:`load_ref`): a built-in plug-in whose client library
   is missing raises :class:`MissingExtraError` naming the ``pip install`` line of its extra.
@@ -15,8 +15,9 @@ replaces it), and unloading imported modules.
 
 import functools
 import importlib
+import itertools
 from importlib.metadata import entry_points
-from typing import Any, Dict, Generic, Optional, Tuple, TypeVar, Union
+from typing import Any, Dict, Generic, Iterable, Optional, Tuple, TypeVar, Union
 
 from torchx_datapipes.errors import DatapipesError
 
@@ -33,9 +34,26 @@ def missing_extra(message: str, extra: str) -> MissingExtraError:
 
 
 @functools.cache
+def _entry_point_groups() -> Dict[str, Tuple[Tuple[str, str], ...]]:
+    """Every group's ``(name, "module:attr")`` pairs of every installed distribution: one scan per
+    process (each ``entry_points(group=...)`` call would read all the metadata again)."""
+    found: Any = entry_points()
+    # Python < 3.12 returns the entry points grouped, in a dict whose own methods warn (deprecated)
+    eps: Iterable[Any] = itertools.chain(*dict.values(found)) if isinstance(found, dict) else found
+    groups: Dict[str, Tuple[Tuple[str, str], ...]] = {}
+    for ep in eps:
+        groups[ep.group] = (*groups.get(ep.group, ()), (ep.name, ep.value))
+    return groups
+
+
 def entry_point_table(group: str) -> Tuple[Tuple[str, str], ...]:
     """The group's ``(name, "module:attr")`` pairs, scanned once per process."""
-    return tuple((ep.name, ep.value) for ep in entry_points(group=group))
+    return _entry_point_groups().get(group, ())
+
+
+def forget_entry_points() -> None:
+    """Scan the installed distributions again at the next lookup (a package installed meanwhile; tests)."""
+    _entry_point_groups.cache_clear()
 
 
 def load_ref(ref: str, hint: Optional[Tuple[str, str]] = None, what: str = "") -> Any:

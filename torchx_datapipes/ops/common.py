@@ -5,10 +5,8 @@ Each op module (``ops/transform.py``, ...) composes its :class:`OpSpec` from the
 
 from typing import Any, Tuple
 
-import torchx
-
 from torchx_datapipes.options import checks as c
-from torchx_datapipes.options.spec import REQUIRED, Option
+from torchx_datapipes.options.spec import REQUIRED, Deferred, Option
 
 DEFAULT_MAX_ERROR_RATE = 0.1
 DEFAULT_MAX_RECORD_MB = 64.0
@@ -164,7 +162,7 @@ def _Launch(name: str, type: str, default: Any, help: str, **kw: Any) -> Option:
 def launch_options(name: str) -> Tuple[Option, ...]:
     return (
         _Launch("name", "str", name, "job name, {experimentname}/{runname}"),
-        _Launch("image", "str", torchx.IMAGE, "image (e.g. docker) for non-local schedulers"),
+        _Launch("image", "str", Deferred("torchx:IMAGE"), "image (e.g. docker) for non-local schedulers"),
         _Launch(
             "h",
             "str",

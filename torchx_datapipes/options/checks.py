@@ -6,8 +6,6 @@ The spec adds the option's name and the value given, so messages read
 
 from typing import Any, Callable
 
-from torchx.components.dist import parse_nnodes
-
 ON_ERROR = ("raise", "skip")
 BACKENDS = ("cloudpickle", "torch.package", "module")
 SPLIT_METHODS = ("hash", "exact")
@@ -43,6 +41,8 @@ def port(value: Any) -> None:
 
 
 def j_spec(value: Any) -> None:
+    from torchx.components.dist import parse_nnodes  # imported here: a rank never checks -j
+
     try:
         low, high, nproc, _ = parse_nnodes(value)
     except ValueError as e:

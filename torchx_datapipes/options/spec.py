@@ -9,12 +9,26 @@ in sync with the spec (names, defaults, docstring ``Args``).
 """
 
 import argparse
+import importlib
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
 
 from torchx_datapipes.errors import DatapipesError
 
 REQUIRED: Any = object()  # the default of an option that has none (input, output, ...)
+
+
+@dataclass(frozen=True)
+class Deferred:
+    """A default computed when a client first needs it, from ``"module:attr"`` (``torchx:IMAGE``:
+    importing torchx scans every installed package's entry points, which a rank need not pay for)."""
+
+    ref: str
+
+    def value(self) -> Any:
+        module, _, attr = self.ref.partition(":")
+        return getattr(importlib.import_module(module), attr)
+
 
 _TRUE = ("true", "1", "yes")
 _FALSE = ("false", "0", "no")
@@ -114,6 +128,10 @@ class Option:
         if self.type not in PARSERS:
             raise TypeError(f"option {self.name}: unknown type {self.type!r}; known: {', '.join(PARSERS)}")
 
+    def default_value(self) -> Any:
+        """The default (a :class:`Deferred` one computed now)."""
+        return self.default.value() if isinstance(self.default, Deferred) else self.default
+
     def parse(self, value: Any, op: str = "") -> Any:
         """The checked value, or :class:`OptionError` naming the option, the rule and the value."""
         if value is None and self.optional:
@@ -175,7 +193,8 @@ class OpSpec:
             if o.name not in values or values[o.name] is REQUIRED:
                 if o.default is REQUIRED:
                     raise OptionError(f"{self.op}: --{o.name} is required ({o.help.split(';')[0]})")
-                out[o.name] = o.default if o.default is None else o.parse(o.default, self.op)
+                default = o.default_value()
+                out[o.name] = default if default is None else o.parse(default, self.op)
             else:
                 out[o.name] = o.parse(values[o.name], self.op)
         return out

@@ -7,9 +7,11 @@ and handed, unchanged, to the workers of every later round (``DynamicRendezvousH
 .next_rendezvous`` keeps ``_bootstrap_store_info``). That default breaks elastic jobs: an agent that
 joins in a later round as a non-zero node waits forever (60 s, then fails) for ``MASTER_ADDR`` under
 the new round's rendezvous prefix, because the old rank 0 never publishes it again. The component
-therefore sets ``TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1``: each round's rank-0 agent publishes a fresh
-port, the workers see ``TORCHELASTIC_USE_AGENT_STORE=False`` and our rank 0 hosts the store (as
-``env://`` does). Both modes are supported here.
+therefore sets ``TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1`` when ``-j`` allows more than one node: each
+round's rank-0 agent publishes a fresh port, the workers see ``TORCHELASTIC_USE_AGENT_STORE=False``
+and our rank 0 hosts the store (as ``env://`` does). A one-node job keeps the agent's store, which is
+up before the ranks start (with a store in rank 0 the other ranks retry their connection until it
+listens: up to ~0.4 s). Both modes are supported here.
 
 **Why every rendezvous round needs its own key space.** With the shared store, keys written by one
 round (our plan, gloo's rank addresses, the unit-claim counters) are still there when the next round

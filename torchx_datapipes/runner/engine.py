@@ -167,7 +167,7 @@ class Engine:
 
     def _already_complete(self) -> bool:
         """True if this very job wrote ``_SUCCESS`` (a restarted rank); refuse any other complete output."""
-        c, d = self.cfg, self.dist
+        c = self.cfg
         if not mf.has_success(c.output):
             return False
         job = mf.read_manifest(c.output).get(ms.JOB) or {}
@@ -177,7 +177,7 @@ class Engine:
             and job.get(ms.JOB_RUN_ID) == run_id
             and job.get(ms.JOB_REQUEST) == self.request()
         )
-        if same and (d.restart > 0 or d.rank > 0):
+        if same:  # a restarted rank, or this job launched again (a requeue): every rank decides alike
             print(f"output already complete: {mf.success_url(c.output)} was written by this job"
                   f" (run {job[ms.JOB_RUN_ID]}); nothing to do", file=sys.stderr, flush=True)  # fmt: skip
             return True

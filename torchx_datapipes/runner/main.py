@@ -20,7 +20,7 @@ from torchx_datapipes.errors import DatapipesError
 from torchx_datapipes.formats.spec import encode_spec
 from torchx_datapipes.io import manifest_schema as ms
 from torchx_datapipes.io.fs import split_patterns
-from torchx_datapipes.ops import get_op, op_names
+from torchx_datapipes.ops import OPS, builtin_op_names, get_op, op_names
 from torchx_datapipes.plugins import load_ref
 from torchx_datapipes.runner.badrecords import OnError
 from torchx_datapipes.runner.engine import Op, RunConfig, run_op
@@ -30,9 +30,13 @@ from torchx_datapipes.secrets import mask_url
 def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
     """Parse and check the runner's arguments: one subcommand per op the registry knows (``ops/``), its
     parser built from the op's option spec."""
+    argv = sys.argv[1:] if argv is None else list(argv)
     parser = argparse.ArgumentParser(prog="python -m torchx_datapipes.runner")
     sub = parser.add_subparsers(dest="op", required=True)
-    for name in op_names():
+    # A rank parses its own op only: importing every op module (and scanning entry points for
+    # plug-in ops) costs a rank ~30 ms. Help and an unknown op still list them all.
+    known = bool(argv) and argv[0] in builtin_op_names() or (bool(argv) and OPS.ref(argv[0]) is not None)
+    for name in (argv[0],) if known else op_names():
         op = get_op(name)
         op.spec.add_arguments(sub.add_parser(name, help=op.help))
     args = parser.parse_args(argv)
