@@ -110,10 +110,10 @@ def test_transform_jsonl_manifest_and_records(tmp_path: Path, inp: Path) -> None
     out = tmp_path / "t"
     m = run_op("transform", str(inp), out, "--on_error", "skip", fn=drop_one)
     assert m == orjson.loads((out / "_SUCCESS").read_bytes())
-    exactly("transform _SUCCESS", m, ms.manifest_keys("transform"))
+    exactly("transform _SUCCESS", m, ms.manifest_keys("transform"), {ms.FIELD_TYPES})
     check_common(m, "transform")
-    check_summaries(m, "transform")
-    recs = check_records(out, "transform")
+    check_summaries(m, "transform")  # the parts' field types stay in the records; _SUCCESS has their union
+    recs = check_records(out, "transform", {ms.FIELD_TYPES})
     assert sum(r[ms.BAD] for r in recs) == m[ms.BAD] == 1 and m[ms.ERRORS_DIR]
     assert sum(r[ms.RECORDS_OUT] for r in recs) == m[ms.RECORDS_OUT] == 200 - m[ms.FILTERED] == 199
 
@@ -141,10 +141,10 @@ def test_transform_parquet_and_renamed_columns(tmp_path: Path) -> None:
 def test_split_hash_manifest_and_records(tmp_path: Path, inp: Path) -> None:
     out = tmp_path / "s"
     m = run_op("split", str(inp), out, "--fractions", FR, "--key", "id", "--on_error", "skip")
-    exactly("split _SUCCESS", m, ms.manifest_keys("split"))
+    exactly("split _SUCCESS", m, ms.manifest_keys("split"), {ms.FIELD_TYPES})
     check_common(m, "split")
     check_summaries(m, "split")
-    check_records(out, "split")
+    check_records(out, "split", {ms.FIELD_TYPES})
     assert not list((out / "_units").glob("*.count.json"))  # hash without --stratify: one pass
 
 
@@ -154,10 +154,10 @@ def test_stratified_split_manifest_and_both_passes(tmp_path: Path, inp: Path, me
     extra = ("--key", "id") if method == "hash" else ()
     m = run_op("split", str(inp), out, "--fractions", FR, "--method", method, "--stratify", "label",
                "--on_error", "skip", *extra)  # fmt: skip
-    exactly("stratified split _SUCCESS", m, ms.manifest_keys("split"), {ms.CLASSES})
+    exactly("stratified split _SUCCESS", m, ms.manifest_keys("split"), {ms.CLASSES, ms.FIELD_TYPES})
     check_common(m, "split")
     check_summaries(m, "split", {ms.CLASS_COUNTS})
-    check_records(out, "split", {ms.CLASS_COUNTS})
+    check_records(out, "split", {ms.CLASS_COUNTS, ms.FIELD_TYPES})
     count_present = {ms.CLASS_COUNTS, ms.HASHES} if method == "hash" else {ms.CLASS_COUNTS}
     check_records(out, "split_count", count_present, suffix=".count")
 

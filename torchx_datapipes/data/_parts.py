@@ -19,7 +19,7 @@ from torchx_datapipes.io.part import OutsideOutputError, Part, confined
 __all__ = ["OutsideOutputError", "Part", "confined", "load_parts"]
 
 
-def _read_success(url: str, storage_options: Optional[Mapping[str, Any]]) -> Dict[str, Any]:
+def read_success(url: str, storage_options: Optional[Mapping[str, Any]]) -> Dict[str, Any]:
 
     target = f"{url.rstrip('/')}/{SUCCESS}"
     try:
@@ -112,7 +112,7 @@ def load_parts(
     url: str, split: Optional[str], storage_options: Optional[Mapping[str, Any]] = None
 ) -> Tuple[str, List[Part]]:
     """``(output_format, parts in unit order)`` of the committed output at ``url``."""
-    manifest = _read_success(url, storage_options)
+    manifest = read_success(url, storage_options)
     fmt = _check_op(url, manifest)
     _check_split(url, manifest, split)
     parts: List[Part] = []

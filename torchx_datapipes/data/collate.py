@@ -13,11 +13,14 @@ PyTorch's ``default_collate`` fails on the first ``None`` it meets, naming no fi
   :func:`present` gives the mask of any field (all True when nothing was missing);
 - a field whose every value in the batch is missing is filled and masked all-False like a partly
   missing one when its type is known, so every batch of a column has the same type:
-  ``Collate.for_output(OUT)`` takes the types from a Parquet output's schema (a float column gives a
-  float64 tensor of ``NaN``, an int column int64 zeros, a bool column ``False``, a 0-d tensor
-  column its dtype), and ``Collate(dtypes={"age": torch.float64})`` gives them by hand. A field of
-  unknown type (JSON Lines and WebDataset outputs carry no column types; strings, lists, ...)
-  stays a list of ``None`` there, with an all-False mask;
+  ``Collate.for_output(OUT)`` takes the types from a Parquet output's schema, or from the value
+  types a JSON Lines or WebDataset output's writers recorded (``field_types`` in its manifest): a
+  float column gives a float64 tensor of ``NaN``, an int column int64 zeros, a bool column
+  ``False``, a 0-d tensor column its dtype; ``Collate(dtypes={"age": torch.float64})`` gives them
+  by hand. A field of known dtype is collated to that dtype in every batch (a JSON column of ints
+  and floats is float64 even in a batch of ints only). A field of unknown type (strings, lists,
+  or plain ``collate``, which knows no output) stays a list of ``None`` there, with an all-False
+  mask;
 - strings, bytes and other values stay lists, ``None`` included (as ``default_collate`` keeps
   strings). Dates, datetimes, times, durations and ``Decimal`` (which a CSV
   ``--schema``, Parquet or our JSON Lines tags give back as such) stay lists too, where
@@ -40,6 +43,8 @@ import torch
 from torch.utils.data import default_collate
 
 from torchx_datapipes.errors import DatapipesError
+from torchx_datapipes.formats.fieldtypes import scalar_kind
+from torchx_datapipes.io import manifest_schema as ms
 
 MASK_KEY = "__mask__"
 # values default_collate refuses that a table holds: kept as lists, like strings
@@ -92,8 +97,9 @@ class Collate:
     ) -> "Collate":
         """A ``Collate`` knowing the column types of the output at ``url`` (its Parquet schema).
 
-        JSON Lines and WebDataset outputs carry no column types: their ``dtypes`` are empty, and a
-        batch where a field is always missing keeps its list of ``None`` (pass ``dtypes=``).
+        Parquet: from the schema; JSON Lines and WebDataset: from the value types their writers
+        recorded in the manifest (``field_types``; an output written before they did has none, and a
+        batch where a field is always missing keeps its list of ``None``: pass ``dtypes=``).
         """
         return cls(null=dict(null or {}), mask=mask, dtypes=_output_dtypes(url, split, storage_options))
 
@@ -122,7 +128,7 @@ class Collate:
             values = [self.null[name] if m else v for v, m in zip(values, missing)]
             missing = [False] * len(values)
         if not any(missing):
-            return _collate(name, values)
+            return self._typed(name, _collate(name, values))
         present_values = [v for v in values if v is not None]
         filler = _filler(present_values) if present_values else _typed_filler(self.dtypes.get(name))
         if filler is None:  # strings, bytes, dicts, or nothing present: a list, None kept
@@ -136,7 +142,14 @@ class Collate:
                 f" fill them and get batch[{MASK_KEY!r}][{name!r}]"
             )
         masks[name] = torch.tensor([not m for m in missing], dtype=torch.bool)
-        return _collate(name, [filler if m else v for v, m in zip(values, missing)])
+        return self._typed(name, _collate(name, [filler if m else v for v, m in zip(values, missing)]))
+
+    def _typed(self, name: str, collated: Any) -> Any:
+        """``collated`` in the field's known dtype (a column of ints and floats: float64 in every batch)."""
+        dtype = self.dtypes.get(name)
+        if dtype is not None and isinstance(collated, torch.Tensor) and collated.dtype != dtype:
+            return collated.to(dtype)
+        return collated
 
 
 def _filler(present_values: List[Any]) -> Any:
@@ -174,11 +187,13 @@ def _output_dtypes(
     manifest): a plain column is read as Python numbers, so floats give float64, ints int64, bools
     bool; a 0-d tensor column (``{"torchx_datapipes.tensor": "0d"}``) gives its own dtype. Other
     formats and columns (strings, tensors with a shape, ...) give nothing."""
-    from torchx_datapipes.data._parts import load_parts
+    from torchx_datapipes.data._parts import load_parts, read_success
     from torchx_datapipes.io.partfiles import open_part
 
     fmt, parts = load_parts(url, split, storage_options)
-    if fmt != "parquet" or not parts:
+    if fmt != "parquet":
+        return _recorded_dtypes(read_success(url, storage_options).get(ms.FIELD_TYPES) or {})
+    if not parts:
         return {}
     import pyarrow.parquet as pq
 
@@ -189,6 +204,19 @@ def _output_dtypes(
         dtype = _arrow_dtype(column)
         if dtype is not None:
             out[column.name] = dtype
+    return out
+
+
+_KIND_DTYPES = {"float": torch.float64, "int": torch.int64, "bool": torch.bool}
+
+
+def _recorded_dtypes(field_types: Mapping[str, Any]) -> Dict[str, torch.dtype]:
+    """The dtype of each field whose recorded value types are numbers or bools (nulls aside)."""
+    out: Dict[str, torch.dtype] = {}
+    for name, types in field_types.items():
+        kind = scalar_kind(types)
+        if kind is not None:
+            out[name] = _KIND_DTYPES[kind]
     return out
 
 

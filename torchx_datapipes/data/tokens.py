@@ -27,7 +27,7 @@ import torch
 import torch.utils.data
 
 from torchx_datapipes.data import _args
-from torchx_datapipes.data._parts import _read_success
+from torchx_datapipes.data._parts import read_success
 from torchx_datapipes.data._plan import rank_span, split_span
 from torchx_datapipes.errors import ReadError
 from torchx_datapipes.formats.megatron import MegatronIndex, decode_index
@@ -70,7 +70,7 @@ def load_shards(
 ) -> Tuple[Dict[str, Any], List[Shard]]:
     """``(the manifest's tokenize section, the shards in stream order)`` of a committed tokenize output."""
     root = url.rstrip("/")
-    manifest = _read_success(root, storage_options)
+    manifest = read_success(root, storage_options)
     if manifest.get(ms.OP) != "tokenize":
         raise ReadError(
             f"{root}/_SUCCESS has op {manifest.get(ms.OP)!r}: TokenDataset reads tokenize outputs"

@@ -9,7 +9,9 @@ library error for a record.
 import os
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
+from torchx_datapipes.formats.fieldtypes import FieldTypes, merge
 from torchx_datapipes.io import blocksums
+from torchx_datapipes.io import manifest_schema as ms
 from torchx_datapipes.io.checksum import FileSum, SummingFile, located, sum_bytes, write_file
 from torchx_datapipes.io.fs import fs_and_path
 from torchx_datapipes.io.layout import block_sums_file, tmp_beside
@@ -21,6 +23,8 @@ class BasePart:
     """One part file being written; subclasses implement :meth:`_write` and :meth:`_finish`."""
 
     ext = ""
+    # formats without a schema of their own record each field's value types (formats/fieldtypes.py)
+    records_types = False
     # "module:Class" of the part reader OutputDataset uses for this format (formats/chunks.py
     # ``PartFormat``); None: the outputs cannot be read back by OutputDataset
     reader: Optional[str] = None
@@ -35,6 +39,7 @@ class BasePart:
         self.committed = False
         self.sums_sum: Optional[Tuple[int, str]] = None  # (size, checksum) of the block sums file
         self.schema: Optional[bytes] = None  # the part's Arrow schema, serialized (Parquet only)
+        self.types: Optional[FieldTypes] = FieldTypes() if self.records_types else None
 
     @classmethod
     def finalize_job(
@@ -42,8 +47,11 @@ class BasePart:
     ) -> Dict[str, Any]:
         """The format's job-level step at commit (rank 0, after every unit), e.g. Parquet's one
         schema for all parts; returns entries for the manifest. ``meta_name(meta)``: the name a
-        unit's commit record is stored under. Default: nothing to do."""
-        return {}
+        unit's commit record is stored under. Default: the union of the parts' field types, if they
+        were recorded and all known."""
+        docs = [t for m in metas for t in (m.get(ms.FIELD_TYPES) or {}).values()]
+        merged = merge(docs) if docs else None
+        return {ms.FIELD_TYPES: merged} if merged is not None else {}
 
     def open_tmp(self) -> None:
         """Start (or start again) the temporary file the part is written to."""
@@ -62,6 +70,8 @@ class BasePart:
         bad = self._write(recs)
         self.offered += len(recs)
         self.records += len(recs) - len(bad)
+        if self.types is not None:
+            self.types.observe(recs, (i for i, _ in bad))
         return bad
 
     def _write(self, recs: List[Any]) -> Failures:
@@ -88,6 +98,18 @@ class BasePart:
         data = blocksums.encode(self.fh.size, self.fh.blocks.digests())
         write_file(block_sums_file(self.url), data)
         self.sums_sum = (len(data), sum_bytes(data))
+
+    def commit_meta(self, rel: str) -> Dict[str, Any]:
+        """What the unit's commit record keeps of this part under ``rel``: its Arrow schema (Parquet),
+        or its fields' value types (formats without a schema)."""
+        from torchx_datapipes.formats.commit import encode_schema
+
+        meta: Dict[str, Any] = {}
+        if self.schema is not None:
+            meta[ms.SCHEMAS] = {rel: encode_schema(self.schema)}
+        if self.types is not None:
+            meta[ms.FIELD_TYPES] = {rel: self.types.to_json()}
+        return meta
 
     def file_sum(self, rel: str) -> FileSum:
         """The committed part's size and checksum, recorded under ``rel`` (relative to the output)."""

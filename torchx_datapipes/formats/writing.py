@@ -6,7 +6,7 @@ could not serialize), ``commit()``, ``abort()``, ``file_sum(rel)``. The format i
 one registry (``formats/registry.py``), so pyarrow is imported only for Parquet output.
 """
 
-from typing import Any, List, Optional
+from typing import Any, Dict, Iterable, List, Optional
 
 from torchx_datapipes.formats.jsonl.writer import dumps, encode_checked
 from torchx_datapipes.formats.registry import get_format, writer_class
@@ -41,12 +41,19 @@ class PartWriter:
     def write(self, recs: List[Any]) -> Failures:
         return self.part.write(recs)
 
-    def write_encoded(self, lines: List[bytes]) -> None:
-        """Append records already encoded as JSON (JSON Lines output only)."""
+    def write_encoded(
+        self, lines: List[bytes], records: Optional[List[Any]] = None, skip: Iterable[int] = ()
+    ) -> None:
+        """Append records already encoded as JSON (JSON Lines output only); ``records``: what they
+        encode, but for the indexes in ``skip`` (for the part's field types)."""
         write_encoded = getattr(self.part, "write_encoded", None)
         if write_encoded is None:
             raise TypeError(f"{self.fmt} output takes records, not encoded JSON lines")
-        write_encoded(lines)
+        write_encoded(lines, records, skip)
+
+    def commit_meta(self, rel: str) -> Dict[str, Any]:
+        """The part's entries of the unit's commit record (its schema or field types)."""
+        return self.part.commit_meta(rel)
 
     def commit(self) -> None:
         self.part.commit()

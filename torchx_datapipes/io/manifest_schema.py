@@ -30,7 +30,9 @@ by a restarted rank (``job``), by the runner's summary line (``runner/main.py``)
   (``formats/columns.py``: path -> a list of ``column``, ``from``, ``to``).
 - transform (``runner/transform.py``): ``records_out``, ``filtered`` (records ``fn`` dropped),
   ``output``; with ``--output_format parquet`` ``parquet_schema`` (``formats/parquet/unify.py``:
-  ``fields``, ``rewritten_parts``); with ``--cache`` ``cache`` (``runner/memo.py``).
+  ``fields``, ``rewritten_parts``), with JSON Lines or WebDataset ``field_types`` (field -> the value
+  types written, ``formats/fieldtypes.py``; read by ``Collate.for_output``); with ``--cache``
+  ``cache`` (``runner/memo.py``).
 - transform to a queue (``runner/queue_output.py``): ``records_out``, ``filtered``, ``output``
   (the queue URL without credentials), ``state`` (the ``--state`` directory), ``queue``
   (``job``, ``messages``, ``first_publish_at``, ``max_backlog``, ``backpressure_wait_s``,
@@ -38,7 +40,7 @@ by a restarted rank (``job``), by the runner's summary line (``runner/main.py``)
 - split (``runner/split.py``): ``records_out``, ``filtered``, ``splits`` (records per split),
   ``fractions``, ``method``, ``seed``, ``key`` (the key fields or null), ``stratify``,
   ``warnings``, ``output``, ``drift``; with ``--stratify`` ``classes`` (class -> records per
-  split); with Parquet ``parquet_schema``.
+  split); with Parquet ``parquet_schema``, with JSON Lines or WebDataset ``field_types``.
 - stats (``runner/stats.py``): ``records_described``, ``stats``, ``report``, ``markdown`` (the
   URLs of ``stats.json``, ``report.html``, ``stats.md``).
 - validate (``runner/validate.py``): ``records_described``, ``anomalies`` (how many),
@@ -56,11 +58,11 @@ by a restarted rank (``job``), by the runner's summary line (``runner/main.py``)
   ``num_perm``, ``action``, ``verify``, ``partitions``, ``rounds`` (label propagation rounds),
   ``cluster_sizes`` (cluster size -> how many clusters),
   ``duplicates`` (the ``_dedup`` directory or null) and ``largest_clusters`` (each ``id``,
-  ``file``, ``line``, ``size``); with Parquet ``parquet_schema``.
+  ``file``, ``line``, ``size``); with Parquet ``parquet_schema``, else ``field_types``.
 - decontaminate (``runner/decontaminate.py``): ``records_out``, ``filtered`` (0), ``output`` and
   ``decontaminate`` (``records_in``, ``records_out``, ``removed``, ``reference_records``,
   ``reference_ngrams``, ``ngram``, ``partitions``, ``matches``: the ``_dedup`` directory or null);
-  with Parquet ``parquet_schema``.
+  with Parquet ``parquet_schema``, else ``field_types``.
 
 ``options`` (``runner/engine.py`` ``Engine.options``, part of the job fingerprint): ``format``,
 ``output_format`` (read by ``data/_parts.py``), ``batch_size``, ``on_error``, ``unit_mb``,
@@ -74,8 +76,8 @@ by a restarted rank (``job``), by the runner's summary line (``runner/main.py``)
 
 A unit summary (``units[i]``, ``runner/commit.py`` ``unit_summary``) is the unit's commit record
 without ``fingerprint``, with ``unit`` the unit's index and ``path`` its input file (Parquet's
-``schemas`` are dropped at commit). ``data/_parts.py`` reads ``unit``, ``files``, ``outputs``,
-``records_out`` and, for split, ``counts``.
+``schemas`` and the parts' ``field_types`` are dropped at commit). ``data/_parts.py`` reads
+``unit``, ``files``, ``outputs``, ``records_out`` and, for split, ``counts``.
 
 Commit record ``_units/NNNNN.json`` (a split's counting pass: ``_units/NNNNN.count.json``), written
 by the worker that ran the unit (``runner/engine.py`` ``Engine.process``, ``io/manifest.py``
@@ -92,8 +94,8 @@ unification (``files``, ``schemas``).
   the unit wrote, each with ``path``, ``size`` and ``xxh3_128``: ``io/checksum.py`` ``FileSum``; read by
   ``data/_parts.py``, ``io/checksum.py`` and the resume check).
 - transform: ``records_out``, ``filtered``, ``outputs`` (the unit's parts, relative); with
-  Parquet ``schemas`` (part -> base64 Arrow schema, ``formats/commit.py``); with ``--cache``
-  ``cache``.
+  Parquet ``schemas`` (part -> base64 Arrow schema, ``formats/commit.py``); with JSON Lines or
+  WebDataset ``field_types`` (part -> field -> value types); with ``--cache`` ``cache``.
 - transform to a queue: ``records_out``, ``filtered``, ``outputs`` (empty), ``messages``,
   ``first_publish_at``, ``backpressure_wait_s``, ``peak_backlog``; with ``--cache`` ``cache``.
 - split, main pass: ``records_out``, ``filtered``, ``counts`` (records per split), ``outputs``
@@ -225,6 +227,7 @@ FILES = "files"
 # -- commit records: the ops' per-unit fields -------------------------------------------------
 OUTPUTS = "outputs"
 SCHEMAS = "schemas"
+FIELD_TYPES = "field_types"  # also in _SUCCESS (formats/fieldtypes.py)
 COUNTS = "counts"
 PROFILE = "profile"
 CLASS_COUNTS = "class_counts"
@@ -271,7 +274,10 @@ ENGINE_KEYS: KeySet = (
     frozenset({RENAMED_COLUMNS}),
 )  # fmt: skip
 OP_KEYS: Dict[str, KeySet] = {  # what each op's finalize adds ("transform_queue": a queue --output)
-    "transform": (frozenset({RECORDS_OUT, FILTERED, OUTPUT}), frozenset({PARQUET_SCHEMA, CACHE})),
+    "transform": (
+        frozenset({RECORDS_OUT, FILTERED, OUTPUT}),
+        frozenset({PARQUET_SCHEMA, FIELD_TYPES, CACHE}),
+    ),
     "transform_queue": (frozenset({RECORDS_OUT, FILTERED, OUTPUT, STATE, QUEUE}), frozenset({CACHE})),
     "split": (
         frozenset(
@@ -289,13 +295,19 @@ OP_KEYS: Dict[str, KeySet] = {  # what each op's finalize adds ("transform_queue
                 DRIFT,
             }
         ),
-        frozenset({CLASSES, PARQUET_SCHEMA}),
+        frozenset({CLASSES, PARQUET_SCHEMA, FIELD_TYPES}),
     ),  # fmt: skip
     "stats": (frozenset({RECORDS_DESCRIBED, STATS, REPORT, MARKDOWN}), frozenset()),
     "validate": (frozenset({RECORDS_DESCRIBED, ANOMALIES, STATS, ANOMALIES_JSON, REPORT}), frozenset()),
     "tokenize": (frozenset({RECORDS_OUT, FILTERED, OUTPUT, TOKENS, TOKENIZE}), frozenset()),
-    "dedup": (frozenset({RECORDS_OUT, FILTERED, OUTPUT, DEDUP, REPORT}), frozenset({PARQUET_SCHEMA})),
-    "decontaminate": (frozenset({RECORDS_OUT, FILTERED, OUTPUT, DECONTAMINATE}), frozenset({PARQUET_SCHEMA})),
+    "dedup": (
+        frozenset({RECORDS_OUT, FILTERED, OUTPUT, DEDUP, REPORT}),
+        frozenset({PARQUET_SCHEMA, FIELD_TYPES}),
+    ),
+    "decontaminate": (
+        frozenset({RECORDS_OUT, FILTERED, OUTPUT, DECONTAMINATE}),
+        frozenset({PARQUET_SCHEMA, FIELD_TYPES}),
+    ),
 }
 INPUT_KEYS = frozenset({INPUT_PATH, INPUT_SIZE})
 ARTIFACT_KEYS = frozenset({ARTIFACT_URL, ARTIFACT_SHA256})
@@ -325,7 +337,7 @@ RECORD_KEYS = frozenset({FINGERPRINT, UNIT, RECORDS_IN, PARSED, BLANK_LINES, SKI
                          RENAMED_JSON_KEYS, BAD, BAD_UNITS, LOST_BYTES, BYTES_READ, ERRORS, STARTED_AT,
                          WALL_S, SLOT, RANK, WORKER, ATTEMPT, FILES})  # fmt: skip
 PASS_KEYS: Dict[str, KeySet] = {  # what each op's pass adds to the record ("split_count": split's count pass)
-    "transform": (frozenset({RECORDS_OUT, FILTERED, OUTPUTS}), frozenset({SCHEMAS, CACHE})),
+    "transform": (frozenset({RECORDS_OUT, FILTERED, OUTPUTS}), frozenset({SCHEMAS, FIELD_TYPES, CACHE})),
     "transform_queue": (
         frozenset(
             {RECORDS_OUT, FILTERED, OUTPUTS, MESSAGES, FIRST_PUBLISH_AT, BACKPRESSURE_WAIT_S, PEAK_BACKLOG}
@@ -334,7 +346,7 @@ PASS_KEYS: Dict[str, KeySet] = {  # what each op's pass adds to the record ("spl
     ),  # fmt: skip
     "split": (
         frozenset({RECORDS_OUT, FILTERED, COUNTS, OUTPUTS, PROFILE}),
-        frozenset({SCHEMAS, CLASS_COUNTS}),
+        frozenset({SCHEMAS, FIELD_TYPES, CLASS_COUNTS}),
     ),
     "split_count": (frozenset({COUNT}), frozenset({CLASS_COUNTS, HASHES})),
     "stats": (frozenset({RECORDS_OUT, FILTERED}), frozenset()),
@@ -343,7 +355,10 @@ PASS_KEYS: Dict[str, KeySet] = {  # what each op's pass adds to the record ("spl
         frozenset({RECORDS_OUT, FILTERED, OUTPUTS, TOKENS, SHARDS, LINE_OFFSET, DECODE_CHECK}),
         frozenset(),
     ),
-    "dedup": (frozenset({RECORDS_OUT, FILTERED, OUTPUTS, DUPLICATES, EXAMPLES}), frozenset({SCHEMAS})),
+    "dedup": (
+        frozenset({RECORDS_OUT, FILTERED, OUTPUTS, DUPLICATES, EXAMPLES}),
+        frozenset({SCHEMAS, FIELD_TYPES}),
+    ),
     "dedup_map": (frozenset({TEXTS, LINE_OFFSET}), frozenset()),
     "dedup_pairs": (frozenset({PAIRS}), frozenset()),
     "dedup_verify": (frozenset({CANDIDATE_PAIRS, VERIFIED_PAIRS}), frozenset()),
@@ -368,13 +383,18 @@ PASS_KEYS: Dict[str, KeySet] = {  # what each op's pass adds to the record ("spl
         frozenset({CLUSTERS, LARGEST_CLUSTER, REMOVED, LARGEST_CLUSTERS, CLUSTER_SIZES}),
         frozenset(),
     ),
-    "decontaminate": (frozenset({RECORDS_OUT, FILTERED, OUTPUTS, REMOVED}), frozenset({SCHEMAS})),
+    "decontaminate": (
+        frozenset({RECORDS_OUT, FILTERED, OUTPUTS, REMOVED}),
+        frozenset({SCHEMAS, FIELD_TYPES}),
+    ),
     "decontaminate_ref": (frozenset({TEXTS, LINE_OFFSET}), frozenset()),
     "decontaminate_map": (frozenset({TEXTS, LINE_OFFSET}), frozenset()),
     "decontaminate_join": (frozenset({NGRAMS, HITS}), frozenset()),
 }
 FILE_KEYS = frozenset({FILE_PATH, FILE_SIZE, FILE_XXH3})
-SUMMARY_DROPS = frozenset({FINGERPRINT, SCHEMAS})  # a unit summary: the record without these, plus path
+SUMMARY_DROPS = frozenset(
+    {FINGERPRINT, SCHEMAS, FIELD_TYPES}
+)  # a unit summary: the record without these, plus path
 
 
 def manifest_keys(kind: str) -> KeySet:

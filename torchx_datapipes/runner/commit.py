@@ -86,7 +86,7 @@ def hold_on_to_success() -> None:
 
 def unit_summary(m: Dict[str, Any]) -> Dict[str, Any]:
     """A unit's entry of the manifest's ``units``: its commit record with the unit's index and path."""
-    skip = {ms.FINGERPRINT, ms.UNIT}
+    skip = ms.SUMMARY_DROPS | {ms.UNIT}  # per-part schemas and field types stay in the records
     return {
         ms.UNIT: m[ms.UNIT][ms.UNIT_INDEX],
         ms.SUMMARY_PATH: m[ms.UNIT][ms.UNIT_PATH],

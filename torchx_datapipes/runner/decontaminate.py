@@ -23,7 +23,7 @@ import xxhash
 
 from torchx_datapipes.dedup import ngrams, words
 from torchx_datapipes.errors import DatapipesError
-from torchx_datapipes.formats.commit import encode_schema, main_meta_names
+from torchx_datapipes.formats.commit import main_meta_names
 from torchx_datapipes.formats.planning import Unit, plan_units
 from torchx_datapipes.formats.reading import UnitReader
 from torchx_datapipes.formats.writing import PartWriter, part_name, writer_class
@@ -225,8 +225,7 @@ class DecontamOp:
             ms.REMOVED: len(table),
             ms.FILES: files,
         }
-        if writer.schema is not None:
-            meta[ms.SCHEMAS] = {rel: encode_schema(writer.schema)}
+        meta.update(writer.commit_meta(rel))
         return meta
 
     def _row(self, uid: int, text: str, ref: int, pos: int, shared: int) -> bytes:

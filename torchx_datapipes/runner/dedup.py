@@ -33,7 +33,7 @@ from torchx_datapipes.dedup import (
     exact_keys,
     optimal_params,
 )
-from torchx_datapipes.formats.commit import encode_schema, main_meta_names
+from torchx_datapipes.formats.commit import main_meta_names
 from torchx_datapipes.formats.planning import Unit
 from torchx_datapipes.formats.reading import UnitReader
 from torchx_datapipes.formats.writing import PartWriter, part_name, writer_class
@@ -201,8 +201,7 @@ class DedupOp:
             ms.EXAMPLES: examples,
             ms.FILES: files,
         }
-        if writer.schema is not None:
-            meta[ms.SCHEMAS] = {rel: encode_schema(writer.schema)}
+        meta.update(writer.commit_meta(rel))
         return meta
 
     def _dup_row(self, uid: int, rep: int, jaccard: float) -> bytes:

@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 import orjson
 
-from torchx_datapipes.formats.commit import encode_schema, main_meta_names
+from torchx_datapipes.formats.commit import main_meta_names
 from torchx_datapipes.formats.planning import Unit
 from torchx_datapipes.formats.reading import UnitReader
 from torchx_datapipes.formats.writing import PartWriter, encode_checked, part_name, writer_class
@@ -170,9 +170,9 @@ class SplitOp:
         state = orjson.dumps({n: p.state() for n, p in zip(names, profiles)})
         meta[ms.FILES].append(write_summed(self.cfg.output, unit_file(unit.name, PROFILE), state))
         meta[ms.PROFILE] = unit_file(unit.name, PROFILE)
-        schemas = {r: encode_schema(w.schema) for w, r in zip(writers, rels) if w.schema is not None}
-        if schemas:
-            meta[ms.SCHEMAS] = schemas
+        for w, r in zip(writers, rels):  # each part's schema or field types, under its name
+            for key, per_part in w.commit_meta(r).items():
+                meta.setdefault(key, {}).update(per_part)
         if self.stratify:
             table: dict[str, dict[str, int]] = {}
             for (s, c), k in sorted(per_class.items(), key=lambda x: (x[0][1], x[0][0])):
@@ -275,12 +275,15 @@ class SplitOp:
         sink: ErrorSink,
     ) -> None:
         items: list[Any] = recs
+        written: list[Any] = recs  # the records of items
         if self.cfg.output_format == "jsonl":  # encode once, then route the lines
             items, bad = encode_checked(recs)
             for i, err in bad:
                 sink.record_failed(lines[i], recs[i], TypeError(err), stage="serialize")
             drop = {i for i, _ in bad}
-            ids = [s for i, s in enumerate(ids) if i not in drop] if drop else ids
+            if drop:
+                ids = [s for i, s in enumerate(ids) if i not in drop]
+                written = [r for i, r in enumerate(recs) if i not in drop]
         buckets: list[list[Any]] = [[] for _ in writers]
         where: list[list[int]] = [[] for _ in writers]  # bucket position -> index in recs
         for j, (item, s) in enumerate(zip(items, ids)):
@@ -288,7 +291,7 @@ class SplitOp:
             where[s].append(j)
         for w, b, idx in zip(writers, buckets, where):
             if self.cfg.output_format == "jsonl":
-                w.write_encoded(b)
+                w.write_encoded(b, [written[j] for j in idx])
                 continue
             for i, err in w.write(b):
                 sink.record_failed(lines[idx[i]], recs[idx[i]], TypeError(err), stage="serialize")

@@ -73,7 +73,7 @@ def write_records(writer: PartWriter, fmt: str, out: List[Any], lines: List[int]
     """Write ``out`` to a unit's part; a record the format cannot hold is a bad record at its line."""
     if fmt == "jsonl":
         encoded, bad = encode_checked(out)
-        writer.write_encoded(encoded)
+        writer.write_encoded(encoded, out, (i for i, _ in bad))
     else:
         bad = writer.write(out)
     for i, err in bad:

@@ -2,7 +2,7 @@
 
 from typing import Any, Callable, Dict, List, Optional
 
-from torchx_datapipes.formats.commit import encode_schema, main_meta_names
+from torchx_datapipes.formats.commit import main_meta_names
 from torchx_datapipes.formats.planning import Unit
 from torchx_datapipes.formats.reading import UnitReader
 from torchx_datapipes.formats.writing import PartWriter, encode_checked, part_name, writer_class
@@ -43,7 +43,7 @@ class TransformOp:
             for out in applier.run(reader.batches(), sink):
                 if self.output_format == "jsonl":  # the hot path: encode, then write the lines
                     encoded, bad = encode_checked(out)
-                    writer.write_encoded(encoded)
+                    writer.write_encoded(encoded, out, (i for i, _ in bad))
                 else:
                     bad = writer.write(out)
                 for i, err in bad:
@@ -58,8 +58,7 @@ class TransformOp:
             ms.OUTPUTS: [rel],
         }
         meta[ms.FILES] = writer.file_sums(rel)
-        if writer.schema is not None:
-            meta[ms.SCHEMAS] = {rel: encode_schema(writer.schema)}
+        meta.update(writer.commit_meta(rel))
         if self.memo is not None and before is not None:
             meta[ms.CACHE] = stats_delta(before, self.memo.stats())
         return meta

@@ -71,7 +71,5 @@ def unify_parts(
         m[ms.SCHEMAS][rel] = encode_schema(target.serialize().to_pybytes())
         mf.write_unit_meta(output, meta_name(m), m)
         rewritten += 1
-    for m in metas:  # the commit records on disk keep them; the manifest's unit summaries need not
-        m.pop(ms.SCHEMAS, None)
     fields = [f"{f.name}: {f.type}" for f in target]
     return {ms.PARQUET_SCHEMA: {ms.PARQUET_FIELDS: fields, ms.PARQUET_REWRITTEN: rewritten}}

@@ -62,6 +62,7 @@ def _check_path(key: str) -> None:
 
 class WebDatasetPart(BasePart):
     ext = "tar"
+    records_types = True
 
     def __init__(self, url: str, key_prefix: Optional[str] = None) -> None:
         super().__init__(url, key_prefix)
