@@ -18,7 +18,7 @@ the spec by ``tests/test_options.py``; its docstring is :meth:`OpDef.component_d
 
 import textwrap
 from dataclasses import dataclass
-from typing import Iterator, Mapping, Tuple
+from typing import Iterator, Mapping, Optional, Tuple
 
 from torchx_datapipes.options.spec import OpSpec
 from torchx_datapipes.plugins import Registry
@@ -41,6 +41,10 @@ class OpDef:
     runner: str
     needs_fn: bool = False  # the runner refuses to start without --artifact (transform)
     doc: str = ""  # what the component does: the first part of its docstring (TorchX's CLI help)
+    # the option whose value is the input's CSV column types (name:type,...); None: the op has none
+    csv_types: Optional[str] = "schema"
+    # "module:function" of ``(runner args) -> the directory the job commits to``; None: --output
+    commit_dir: Optional[str] = None
 
     @property
     def name(self) -> str:

@@ -1,5 +1,7 @@
 """The ``transform`` op: apply the user's function to every record (its option spec, help and runner)."""
 
+from typing import Any
+
 from torchx_datapipes.ops import OpDef
 from torchx_datapipes.ops.common import (
     INPUT_HELP,
@@ -97,10 +99,26 @@ claims the next unit of the input, largest first (or, with ``--assign static``, 
 manifest) last. Relaunching a failed job with the same output resumes from committed units.
 """
 
+
+def commit_dir(args: Any) -> str:
+    """``--output``, or ``--state`` when the output is a message queue (runner/queue_output.py)."""
+    from torchx_datapipes.queue.registry import is_queue_url
+    from torchx_datapipes.secrets import mask_url
+
+    queue = is_queue_url(args.output)
+    if queue != (args.state is not None):
+        raise ValueError(
+            "--state DIR_OR_URL goes with a queue --output (redis://, amqp://, nats://) and only there;"
+            f" got --output {mask_url(args.output)} and --state {args.state}"
+        )
+    return str(args.state if queue else args.output)
+
+
 OP = OpDef(
     TRANSFORM,
     help="apply a function to every record",
     runner="torchx_datapipes.runner.transform:make_op",
     needs_fn=True,
     doc=_DOC,
+    commit_dir=f"{__name__}:commit_dir",
 )

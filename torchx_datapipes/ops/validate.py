@@ -98,4 +98,5 @@ OP = OpDef(
     help="check every record against a schema, with statistics",
     runner="torchx_datapipes.runner.validate:make_op",
     doc=_DOC,
+    csv_types=None,  # validate's --schema is a schema file
 )

@@ -24,7 +24,6 @@ from torchx_datapipes.ops import OPS, builtin_op_names, get_op, op_names
 from torchx_datapipes.plugins import load_ref
 from torchx_datapipes.runner.badrecords import OnError
 from torchx_datapipes.runner.engine import Op, RunConfig, run_op
-from torchx_datapipes.secrets import mask_url
 
 
 def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
@@ -76,23 +75,16 @@ def to_config(args: argparse.Namespace) -> RunConfig:
 
 
 def _csv_types(args: argparse.Namespace) -> str:
-    """CSV column types (``--schema`` of transform/split/stats; validate's ``--schema`` is a schema file)."""
-    return "" if args.op == "validate" else (args.schema or "")
+    """The input's CSV column types: the value of the option the op names (``OpDef.csv_types``)."""
+    name = get_op(args.op).csv_types
+    return str(getattr(args, name, None) or "") if name else ""
 
 
 def _commit_dir(args: argparse.Namespace) -> str:
-    """``--output``, or ``--state`` when the output is a message queue (runner/queue_output.py)."""
-    if args.op != "transform":
-        return str(args.output)
-    from torchx_datapipes.queue.registry import is_queue_url
-
-    queue = is_queue_url(args.output)
-    if queue != (args.state is not None):
-        raise ValueError(
-            "--state DIR_OR_URL goes with a queue --output (redis://, amqp://, nats://) and only there;"
-            f" got --output {mask_url(args.output)} and --state {args.state}"
-        )
-    return str(args.state if queue else args.output)
+    """Where the job commits: ``--output``, or what the op's ``OpDef.commit_dir`` says (a transform to
+    a message queue commits to ``--state``)."""
+    ref = get_op(args.op).commit_dir
+    return str(args.output) if ref is None else str(load_ref(ref)(args))
 
 
 def _sha256(args: argparse.Namespace) -> Optional[str]:
