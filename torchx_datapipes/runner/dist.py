@@ -103,9 +103,7 @@ class Dist:
         # The agent hosts the store (torch's default) unless TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1,
         # which the component sets: then rank 0 of each round hosts a new one, as with env://.
         host = self.rank == 0 and env.get("TORCHELASTIC_USE_AGENT_STORE", "True") != "True"
-        base = dist.TCPStore(
-            env["MASTER_ADDR"], int(env["MASTER_PORT"]), self.world_size, is_master=host, timeout=timeout
-        )
+        base = _store(env["MASTER_ADDR"], int(env["MASTER_PORT"]), self.world_size, host, timeout)
         self.round = agree_round(base, self.rank, self.world_size, timeout_s)
         if self.world_size <= 1:
             return  # alone in this round: no process group, no shared store needed
@@ -236,3 +234,25 @@ def die_with_agent() -> None:
     if os.getppid() != parent:
         print(f"the torchrun agent (pid {parent}) is gone; this rank exits", file=sys.stderr, flush=True)
         os._exit(1)
+
+
+BIND_RETRY_S = 90.0  # longer than TCP's TIME_WAIT (60 s on Linux)
+
+
+def _store(addr: str, port: int, world_size: int, host: bool, timeout: datetime.timedelta) -> Any:
+    """The round's TCPStore; rank 0 hosting it retries a port still busy for up to ``BIND_RETRY_S``.
+
+    With per-round stores the agent picks ``MASTER_PORT`` by binding port 0 and closing it; the port
+    can still be held (seen once in a two-node Slurm test: EADDRINUSE), while the other ranks keep
+    retrying their connection for ``timeout``. So rank 0 retries the bind, then fails as before.
+    """
+    import torch.distributed as dist
+
+    deadline = time.monotonic() + BIND_RETRY_S
+    while True:
+        try:
+            return dist.TCPStore(addr, port, world_size, is_master=host, timeout=timeout)
+        except RuntimeError as e:  # DistNetworkError
+            if not host or "EADDRINUSE" not in str(e) or time.monotonic() > deadline:
+                raise
+            time.sleep(0.5)
