@@ -114,6 +114,7 @@ from _common import (  # noqa: E402
     best_of,
     input_files,
     measure_ddp_job,
+    parse_bench_args,
     rss_source,
     run_measured,
     torchx_cmd,
@@ -548,19 +549,9 @@ def exact_join(sets: Sequence[frozenset[int]], t: float) -> set[Pair]:
 
 def components(pairs: Iterable[Pair]) -> dict[int, int]:
     """Each document of a pair -> the smallest document of its connected component."""
-    parent: dict[int, int] = {}
+    from torchx_datapipes.dedup.components import union_find  # the library's reference union-find
 
-    def find(x: int) -> int:
-        while parent.setdefault(x, x) != x:
-            parent[x] = parent[parent[x]]
-            x = parent[x]
-        return x
-
-    for a, b in pairs:
-        ra, rb = find(a), find(b)
-        if ra != rb:
-            parent[max(ra, rb)] = min(ra, rb)
-    return {x: find(x) for x in list(parent)}
+    return union_find(pairs)
 
 
 def clusters(labels: dict[int, int]) -> list[list[int]]:
@@ -869,12 +860,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     ap.add_argument("--timeout", type=float, default=3600, help="seconds per run before it is killed")
     ap.add_argument("--keep-output", action="store_true", help="keep the output directories")
     ap.add_argument("--json", type=Path, help="save the results here")
-    a = ap.parse_args(argv)
-    chosen = [m.strip() for m in a.methods.split(",") if m.strip()]
-    bad = sorted(set(chosen) - set(METHODS))
-    if bad:
-        ap.error(f"unknown --methods {bad}; choose from {','.join(METHODS)}")
-    a.methods = [m for m in METHODS if m in chosen]
+    a = parse_bench_args(ap, argv, METHODS)
     a.sizes = [int(s) for s in a.sizes.split(",") if s.strip()]
     return a
 

@@ -20,7 +20,7 @@ from torchx_datapipes.errors import DatapipesError
 from torchx_datapipes.formats.spec import encode_spec
 from torchx_datapipes.io import manifest_schema as ms
 from torchx_datapipes.io.fs import split_patterns
-from torchx_datapipes.ops import OPS, builtin_op_names, get_op, op_names
+from torchx_datapipes.ops import OPS, get_op, op_names
 from torchx_datapipes.plugins import load_ref
 from torchx_datapipes.runner.badrecords import OnError
 from torchx_datapipes.runner.engine import Op, RunConfig, run_op
@@ -34,7 +34,7 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
     sub = parser.add_subparsers(dest="op", required=True)
     # A rank parses its own op only: importing every op module (and scanning entry points for
     # plug-in ops) costs a rank ~30 ms. Help and an unknown op still list them all.
-    known = bool(argv) and argv[0] in builtin_op_names() or (bool(argv) and OPS.ref(argv[0]) is not None)
+    known = bool(argv) and OPS.ref(argv[0]) is not None  # registered or built in: no entry-point scan
     for name in (argv[0],) if known else op_names():
         op = get_op(name)
         op.spec.add_arguments(sub.add_parser(name, help=op.help))
