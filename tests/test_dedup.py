@@ -30,7 +30,7 @@ from test_dedup_core import (
     verified_edges,
 )
 
-from torchx_datapipes import api, components
+from torchx_datapipes import api, components, ops
 from torchx_datapipes.appdef import InvalidArgumentError
 from torchx_datapipes.dedup import DedupCounts, label_components, union_find
 from torchx_datapipes.errors import DatapipesError, OutputExistsError
@@ -155,7 +155,7 @@ def test_near_drop_equals_the_library_and_brute_force(corpus: dict[str, Any], ne
     counts = DedupCounts.from_labels(len(texts), n_cand, n_edges, labels).as_manifest()
     assert {k: m[ms.DEDUP][k] for k in counts} == counts
     assert m[ms.RECORDS_OUT] == len(want_kept) and m[ms.RECORDS_IN] == len(texts)
-    always, optional = ms.manifest_keys("dedup")
+    always, optional = ops.manifest_keys("dedup")
     assert always <= set(m) <= always | optional
     assert not (near_drop / "_exchange").exists()  # the spill files are gone after the commit
     page = (near_drop / "report.html").read_text()
@@ -176,7 +176,7 @@ def test_commit_records_have_the_documented_keys(near_drop: Path) -> None:
         parts = p.name.split(".")
         name = parts[1] if len(parts) == 3 else "main"
         kind = "dedup" if name == "main" else kinds.get(name) or f"dedup_{name.rstrip('0123456789')}"
-        always, optional = ms.record_keys(kind)
+        always, optional = ops.record_keys(kind)
         got = set(orjson.loads(p.read_bytes()))
         assert always <= got <= always | optional, (p.name, sorted(got ^ always))
         seen.add(kind)
@@ -344,7 +344,7 @@ def test_decontaminate_equals_brute_force(corpus: dict[str, Any], tmp_path: Path
     removed = sum(w is not None for w in want)
     assert 0 < removed < len(order) and m[ms.DECONTAMINATE][ms.REMOVED] == removed
     assert m[ms.DECONTAMINATE]["reference_records"] == len(refs) and not (out / "_exchange").exists()
-    always, optional = ms.manifest_keys("decontaminate")
+    always, optional = ops.manifest_keys("decontaminate")
     assert always <= set(m) <= always | optional
 
 

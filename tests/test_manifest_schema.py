@@ -2,10 +2,12 @@
 
 Real in-process transform and split jobs (``run_op``) write their outputs; every key of the
 manifest, of its unit summaries and of every ``_units/*.json`` record must be one the schema module
-lists for that op (and every key it lists as always present must be there), so a key cannot be
-added, renamed or dropped without its one home knowing.
+(the shared keys) or the op's module (``ops/<op>.py``'s ``Keys``) lists for that op, and every key
+listed as always present must be there, so a key cannot be added, renamed or dropped without its
+one home knowing.
 """
 
+import importlib
 from dataclasses import fields
 from pathlib import Path
 from typing import Any, Dict, FrozenSet, Iterable, List, Tuple
@@ -14,6 +16,7 @@ import orjson
 import pytest
 from tdp_testutil import make_dataset, run_op
 
+from torchx_datapipes import ops
 from torchx_datapipes.formats.unit import Unit
 from torchx_datapipes.io import manifest_schema as ms
 from torchx_datapipes.io.checksum import FileSum
@@ -52,7 +55,7 @@ def check_common(m: Dict[str, Any], kind: str) -> None:
     assert set(m[ms.ARTIFACT]) == ms.ARTIFACT_KEYS
     assert set(m[ms.JOB]) == ms.JOB_KEYS
     assert set(m[ms.VERSIONS]) == ms.VERSIONS_KEYS
-    assert set(m[ms.OPTIONS]) == ms.ENGINE_OPTIONS | ms.OP_OPTIONS[kind]
+    assert set(m[ms.OPTIONS]) == ops.option_keys(kind)
     for u in m[ms.UNITS]:
         for f in u.get(ms.FILES, []):
             assert set(f) == ms.FILE_KEYS
@@ -63,7 +66,7 @@ def check_records(
 ) -> List[Dict[str, Any]]:
     recs = records_of(out, suffix)
     for name, r in recs.items():
-        exactly(f"{out}/_units/{name}.json", r, ms.record_keys(kind), present)
+        exactly(f"{out}/_units/{name}.json", r, ops.record_keys(kind), present)
         assert set(r[ms.UNIT]) == ms.UNIT_FIELDS
         for f in r[ms.FILES]:
             assert set(f) == ms.FILE_KEYS
@@ -73,7 +76,7 @@ def check_records(
 def check_summaries(m: Dict[str, Any], kind: str, present: Iterable[str] = ()) -> None:
     assert m[ms.UNITS], "a manifest without unit summaries"
     for u in m[ms.UNITS]:
-        exactly(f"unit summary {u.get(ms.UNIT)}", u, ms.summary_keys(kind), present)
+        exactly(f"unit summary {u.get(ms.UNIT)}", u, ops.summary_keys(kind), present)
         assert isinstance(u[ms.UNIT], int)
 
 
@@ -91,26 +94,38 @@ def drop_one(r: Dict[str, Any]) -> Any:
 
 
 def test_the_schema_documents_every_key_it_lists() -> None:
-    """Every key of the key sets has its line in the module docstring; FileSum and Unit match theirs."""
+    """Every shared key has its line in io/manifest_schema.py's docstring and every key an op declares
+    (ops' ``Keys``) in its module's or there; FileSum and Unit match theirs."""
     doc = ms.__doc__ or ""
-    sets: List[FrozenSet[str]] = [ms.BASE_KEYS, *ms.ENGINE_KEYS, ms.INPUT_KEYS, ms.ARTIFACT_KEYS, ms.JOB_KEYS,
-                                  ms.VERSIONS_KEYS, ms.PARQUET_SCHEMA_KEYS, ms.RENAMED_KEYS, ms.QUEUE_KEYS,
-                                  ms.ENGINE_OPTIONS, ms.VALIDATE_OPTIONS, ms.RECORD_KEYS, ms.FILE_KEYS,
-                                  ms.UNIT_FIELDS, *ms.OP_OPTIONS.values()]  # fmt: skip
-    for pair in [*ms.OP_KEYS.values(), *ms.PASS_KEYS.values()]:
-        sets.extend(pair)
+    sets: List[FrozenSet[str]] = [ms.BASE_KEYS, *ms.ENGINE_KEYS, ms.INPUT_KEYS, ms.ARTIFACT_KEYS,
+                                  ms.JOB_KEYS, ms.VERSIONS_KEYS, ms.PARQUET_SCHEMA_KEYS, ms.RENAMED_KEYS,
+                                  ms.ENGINE_OPTIONS, ms.RECORD_KEYS, ms.FILE_KEYS,
+                                  ms.UNIT_FIELDS]  # fmt: skip
     undocumented = sorted({k for s in sets for k in s if f"``{k}``" not in doc})
     assert not undocumented, f"keys without their line in io/manifest_schema.py's docstring: {undocumented}"
+    sub_sections = {"transform": ms.QUEUE_KEYS, "validate": ms.VALIDATE_OPTIONS}
+    for name in ops.builtin_op_names():
+        op = ops.get_op(name)
+        assert op.keys is not None, f"{name} declares no manifest keys"
+        assert set(op.keys.manifest) == set(op.keys.options), name
+        module_doc = _module_doc(name)
+        mine = [s for pair in [*op.keys.manifest.values(), *op.keys.records.values()] for s in pair]
+        mine += [*op.keys.options.values(), sub_sections.get(name, frozenset())]
+        missing = sorted({k for s in mine for k in s if f"``{k}``" not in module_doc + doc})
+        assert not missing, f"{name}: keys without their line in ops/{name}.py's docstring: {missing}"
     assert {f.name for f in fields(FileSum)} == ms.FILE_KEYS
     assert {f.name for f in fields(Unit)} == ms.UNIT_FIELDS
-    assert set(ms.OP_KEYS) == set(ms.OP_OPTIONS)
+
+
+def _module_doc(op: str) -> str:
+    return importlib.import_module(f"torchx_datapipes.ops.{op}").__doc__ or ""
 
 
 def test_transform_jsonl_manifest_and_records(tmp_path: Path, inp: Path) -> None:
     out = tmp_path / "t"
     m = run_op("transform", str(inp), out, "--on_error", "skip", fn=drop_one)
     assert m == orjson.loads((out / "_SUCCESS").read_bytes())
-    exactly("transform _SUCCESS", m, ms.manifest_keys("transform"), {ms.FIELD_TYPES})
+    exactly("transform _SUCCESS", m, ops.manifest_keys("transform"), {ms.FIELD_TYPES})
     check_common(m, "transform")
     check_summaries(m, "transform")  # the parts' field types stay in the records; _SUCCESS has their union
     recs = check_records(out, "transform", {ms.FIELD_TYPES})
@@ -127,7 +142,7 @@ def test_transform_parquet_and_renamed_columns(tmp_path: Path) -> None:
     exactly(
         "parquet transform _SUCCESS",
         m,
-        ms.manifest_keys("transform"),
+        ops.manifest_keys("transform"),
         {ms.PARQUET_SCHEMA, ms.RENAMED_COLUMNS},
     )
     check_common(m, "transform")
@@ -141,7 +156,7 @@ def test_transform_parquet_and_renamed_columns(tmp_path: Path) -> None:
 def test_split_hash_manifest_and_records(tmp_path: Path, inp: Path) -> None:
     out = tmp_path / "s"
     m = run_op("split", str(inp), out, "--fractions", FR, "--key", "id", "--on_error", "skip")
-    exactly("split _SUCCESS", m, ms.manifest_keys("split"), {ms.FIELD_TYPES})
+    exactly("split _SUCCESS", m, ops.manifest_keys("split"), {ms.FIELD_TYPES})
     check_common(m, "split")
     check_summaries(m, "split")
     check_records(out, "split", {ms.FIELD_TYPES})
@@ -154,7 +169,7 @@ def test_stratified_split_manifest_and_both_passes(tmp_path: Path, inp: Path, me
     extra = ("--key", "id") if method == "hash" else ()
     m = run_op("split", str(inp), out, "--fractions", FR, "--method", method, "--stratify", "label",
                "--on_error", "skip", *extra)  # fmt: skip
-    exactly("stratified split _SUCCESS", m, ms.manifest_keys("split"), {ms.CLASSES, ms.FIELD_TYPES})
+    exactly("stratified split _SUCCESS", m, ops.manifest_keys("split"), {ms.CLASSES, ms.FIELD_TYPES})
     check_common(m, "split")
     check_summaries(m, "split", {ms.CLASS_COUNTS})
     check_records(out, "split", {ms.CLASS_COUNTS, ms.FIELD_TYPES})
@@ -172,7 +187,7 @@ def test_transform_to_a_queue_manifest_and_records(tmp_path: Path, inp: Path) ->
                    "--on_error", "skip", fn=drop_one)  # fmt: skip
     finally:
         cleanup(url)
-    exactly("queue transform _SUCCESS", m, ms.manifest_keys("transform_queue"))
+    exactly("queue transform _SUCCESS", m, ops.manifest_keys("transform_queue"))
     check_common(m, "transform_queue")
     assert set(m[ms.QUEUE]) == ms.QUEUE_KEYS
     check_summaries(m, "transform_queue")

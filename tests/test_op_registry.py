@@ -13,7 +13,18 @@ from torchx_datapipes import components
 from torchx_datapipes.io import manifest_schema as ms
 from torchx_datapipes.io.checksum import write_file
 from torchx_datapipes.io.fs import join
-from torchx_datapipes.ops import OPS, SPECS, OpDef, get_op, op_names, register_op
+from torchx_datapipes.ops import (
+    OPS,
+    SPECS,
+    Keys,
+    OpDef,
+    get_op,
+    manifest_keys,
+    op_names,
+    option_keys,
+    record_keys,
+    register_op,
+)
 from torchx_datapipes.ops.common import (
     INPUT_HELP,
     RUNNER_ONLY,
@@ -70,7 +81,16 @@ def make_toy(args: Any, cfg: Any, fn: Optional[Callable[..., Any]]) -> ToyOp:
     return ToyOp(cfg.output, args.word)
 
 
-TOY = OpDef(TOY_SPEC, help="count records (a toy op registered by a test)", runner=f"{__name__}:make_toy")
+TOY = OpDef(
+    TOY_SPEC,
+    help="count records (a toy op registered by a test)",
+    runner=f"{__name__}:make_toy",
+    keys=Keys(
+        manifest={"toy": (frozenset({"toy_records"}), frozenset())},
+        options={"toy": frozenset({"toy"})},
+        records={"toy": (frozenset({ms.RECORDS_OUT, ms.FILTERED}), frozenset())},
+    ),
+)
 
 
 @pytest.fixture()
@@ -85,7 +105,14 @@ def test_a_registered_op_runs_end_to_end_through_the_runner(toy: OpDef, tmp_path
     manifest = run_op("toy", str(tmp_path / "data/*.jsonl"), tmp_path / "out", "--word", "yo")
     assert (tmp_path / "out/toy.txt").read_text() == f"yo {len(recs)}"
     assert manifest["toy_records"] == len(recs) == manifest[ms.RECORDS_IN]
-    assert json.loads((tmp_path / "out/_SUCCESS").read_text())[ms.OP] == "toy"
+    written = json.loads((tmp_path / "out/_SUCCESS").read_text())
+    assert written[ms.OP] == "toy"
+    # the toy op's Keys, declared in this module, are what the registry answers and what was written
+    always, optional = manifest_keys("toy")
+    assert always <= set(written) <= always | optional
+    assert set(written[ms.OPTIONS]) == option_keys("toy")
+    for rec in (tmp_path / "out/_units").glob("*.json"):
+        assert set(json.loads(rec.read_text())) == record_keys("toy")[0]
 
 
 def test_a_registered_op_is_in_the_option_checks_and_the_help(

@@ -17,10 +17,9 @@ import pytest
 from tdp_testutil import run_component, run_op, run_torchx
 from tokenize_dataset_worker import build_tokenizer, write_corpus
 
-from torchx_datapipes import api, components
+from torchx_datapipes import api, components, ops
 from torchx_datapipes.appdef import InvalidArgumentError
 from torchx_datapipes.data import TokenDataset
-from torchx_datapipes.io import manifest_schema as ms
 from torchx_datapipes.runner.badrecords import RecordError
 
 SIZES = [230, 170, 101]
@@ -120,7 +119,7 @@ def test_shards_hold_each_document_encoded_plus_eos_in_input_order(
     check = t["decode_check"]
     assert check["sampled"] >= len(m["units"]) and check["tokens_equal"] == check["sampled"]
     assert check["text_equal"] == check["sampled"]  # byte-level BPE is lossless
-    always, optional = ms.manifest_keys("tokenize")
+    always, optional = ops.manifest_keys("tokenize")
     assert always <= set(m) <= always | optional
 
 

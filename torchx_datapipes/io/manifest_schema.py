@@ -2,8 +2,11 @@
 
 Every module that writes or reads one of these JSON documents names its keys through the
 constants below, never by a literal; the names on disk never change (an output written before
-must still read), and a new key gets its constant, its line here and its place in the key sets
-at the end (``tests/test_manifest_schema.py`` runs real jobs and compares). Where the files live
+must still read), and a new key gets its constant, its line in a docstring and its place in a key
+set (``tests/test_manifest_schema.py`` runs real jobs and compares). The keys every op shares are
+here; what one op adds (its finalize's keys, its ``options``, its passes' record keys) is declared
+and documented in its module (``ops/<op>.py``'s ``Keys``), asked through
+``torchx_datapipes.ops.manifest_keys``, ``option_keys`` and ``record_keys``. Where the files live
 is ``io/layout.py``'s; the JSON inside them is this module's. The stats profile (``stats.json``:
 min, max, histograms...), the cache counters (``cache``: ``cache/stats.py``) and the split drift
 report (``drift``: ``split/profile.py``) are their libraries' own schemas.
@@ -15,7 +18,7 @@ by a restarted rank (``job``), by the runner's summary line (``runner/main.py``)
 ``api.run`` (``RunResult.manifest``) and the runner's ``main``.
 
 - every op (``io/manifest.py`` ``base_manifest``): ``manifest_version`` (this schema's version,
-  ``MANIFEST_VERSION``), ``op`` (``transform``, ``split``, ``stats`` or ``validate``), ``status``
+  ``MANIFEST_VERSION``), ``op`` (the op's name: ``transform``, ``split``, ...), ``status``
   (``SUCCEEDED``), ``created`` (UTC, ISO 8601), ``inputs`` (the input files, each with
   ``path`` and ``size``), ``options`` (what changes the output; below), ``versions`` (``python``,
   ``torch``, ``torchx``, ``cloudpickle``, ``torchx_datapipes``).
@@ -28,51 +31,16 @@ by a restarted rank (``job``), by the runner's summary line (``runner/main.py``)
   ``started_at`` (epoch seconds), ``wall_time_s``, ``units`` (one summary per unit, in unit
   order: below) and, when a tabular input had duplicate column names, ``renamed_columns``
   (``formats/columns.py``: path -> a list of ``column``, ``from``, ``to``).
-- transform (``runner/transform.py``): ``records_out``, ``filtered`` (records ``fn`` dropped),
-  ``output``; with ``--output_format parquet`` ``parquet_schema`` (``formats/parquet/unify.py``:
-  ``fields``, ``rewritten_parts``), with JSON Lines or WebDataset ``field_types`` (field -> the value
-  types written, ``formats/fieldtypes.py``; read by ``Collate.for_output``); with ``--cache``
-  ``cache`` (``runner/memo.py``).
-- transform to a queue (``runner/queue_output.py``): ``records_out``, ``filtered``, ``output``
-  (the queue URL without credentials), ``state`` (the ``--state`` directory), ``queue``
-  (``job``, ``messages``, ``first_publish_at``, ``max_backlog``, ``backpressure_wait_s``,
-  ``peak_backlog``, ``reconnects``); with ``--cache`` ``cache``.
-- split (``runner/split.py``): ``records_out``, ``filtered``, ``splits`` (records per split),
-  ``fractions``, ``method``, ``seed``, ``key`` (the key fields or null), ``stratify``,
-  ``warnings``, ``output``, ``drift``; with ``--stratify`` ``classes`` (class -> records per
-  split); with Parquet ``parquet_schema``, with JSON Lines or WebDataset ``field_types``.
-- stats (``runner/stats.py``): ``records_described``, ``stats``, ``report``, ``markdown`` (the
-  URLs of ``stats.json``, ``report.html``, ``stats.md``).
-- validate (``runner/validate.py``): ``records_described``, ``anomalies`` (how many),
-  ``stats``, ``anomalies_json``, ``report``.
-- tokenize (``runner/tokenize.py``): ``records_out`` (documents), ``filtered``, ``output``,
-  ``tokens`` and ``tokenize`` (``dtype``, ``vocab_size``, ``eos``, ``eos_id``, ``tokenizer``,
-  ``tokenizer_sha256``, ``field``, ``documents``, ``tokens``, ``decode_check`` and ``shards``: each
-  shard in order with ``prefix``, ``documents``, ``tokens``, ``first_document``, ``first_token``,
-  ``input`` and ``line_offset``; read by ``data/tokens.py``).
-- dedup (``runner/dedup.py``): ``records_out``, ``filtered``, ``output``, ``report`` (the URL of
-  ``report.html``: duplicate fraction, cluster sizes, the largest clusters with examples) and ``dedup``: the
-  counts (``dedup/counts.py`` ``DedupCounts``: ``records_in``, the records with a text field;
-  ``records_out``, ``candidate_pairs``, ``verified_pairs``, ``false_positive_rate``, ``clusters``,
-  ``largest_cluster``), ``removed``, ``method``, ``threshold``, ``ngram``, ``bands``, ``rows``,
-  ``num_perm``, ``action``, ``verify``, ``partitions``, ``rounds`` (label propagation rounds),
-  ``cluster_sizes`` (cluster size -> how many clusters),
-  ``duplicates`` (the ``_dedup`` directory or null) and ``largest_clusters`` (each ``id``,
-  ``file``, ``line``, ``size``); with Parquet ``parquet_schema``, else ``field_types``.
-- decontaminate (``runner/decontaminate.py``): ``records_out``, ``filtered`` (0), ``output`` and
-  ``decontaminate`` (``records_in``, ``records_out``, ``removed``, ``reference_records``,
-  ``reference_ngrams``, ``ngram``, ``partitions``, ``matches``: the ``_dedup`` directory or null);
-  with Parquet ``parquet_schema``, else ``field_types``.
+- the op's finalize (its module's ``Keys.manifest``). Keys several ops write: ``records_out``
+  (records written), ``filtered`` (records ``fn`` dropped), ``output`` (where the output went);
+  with ``--output_format parquet`` ``parquet_schema`` (``formats/parquet/unify.py``: ``fields``,
+  ``rewritten_parts``), with JSON Lines or WebDataset ``field_types`` (field -> the value types
+  written, ``formats/fieldtypes.py``; read by ``Collate.for_output``); with ``--cache`` ``cache``
+  (``runner/memo.py``).
 
 ``options`` (``runner/engine.py`` ``Engine.options``, part of the job fingerprint): ``format``,
 ``output_format`` (read by ``data/_parts.py``), ``batch_size``, ``on_error``, ``unit_mb``,
-``max_record_mb``, and the op's own (``Op.options``): split ``fractions``, ``method``, ``seed``,
-``key``, ``stratify``; stats ``stats``, ``fn``; validate ``validate`` (``schema``, ``baseline``,
-``fail_on``), ``stats``, ``fn``; a queue transform ``queue``; tokenize ``tokenize`` (``field``,
-``tokenizer``, ``tokenizer_sha256``, ``eos``, ``dtype``, ``shard_mb``), ``fn``; dedup ``dedup``
-(``field``, ``method``, ``threshold``, ``ngram``, ``action``, ``cluster_field``, ``verify``,
-``partitions``); decontaminate ``decontaminate`` (``reference``, ``reference_files_sha256``,
-``field``, ``reference_field``, ``ngram``, ``partitions``).
+``max_record_mb``, and the op's own (``Op.options``; its module's ``Keys.options``).
 
 A unit summary (``units[i]``, ``runner/commit.py`` ``unit_summary``) is the unit's commit record
 without ``fingerprint``, with ``unit`` the unit's index and ``path`` its input file (Parquet's
@@ -93,39 +61,13 @@ unification (``files``, ``schemas``).
   ``started_at``, ``wall_s``, ``slot``, ``rank``, ``worker``, ``attempt``, ``files`` (every file
   the unit wrote, each with ``path``, ``size`` and ``xxh3_128``: ``io/checksum.py`` ``FileSum``; read by
   ``data/_parts.py``, ``io/checksum.py`` and the resume check).
-- transform: ``records_out``, ``filtered``, ``outputs`` (the unit's parts, relative); with
-  Parquet ``schemas`` (part -> base64 Arrow schema, ``formats/commit.py``); with JSON Lines or
-  WebDataset ``field_types`` (part -> field -> value types); with ``--cache`` ``cache``.
-- transform to a queue: ``records_out``, ``filtered``, ``outputs`` (empty), ``messages``,
-  ``first_publish_at``, ``backpressure_wait_s``, ``peak_backlog``; with ``--cache`` ``cache``.
-- split, main pass: ``records_out``, ``filtered``, ``counts`` (records per split), ``outputs``
-  (one part per split), ``profile`` (the ``_units/NNNNN.profile`` side file); with Parquet
-  ``schemas``; with ``--stratify`` ``class_counts`` (class -> records per split).
-- split, counting pass (``--method exact`` or ``--stratify``): ``count``; with ``--stratify``
-  ``class_counts`` (class -> records); with hash + stratify ``hashes`` (the ``_split/`` side file).
-- stats and validate: ``records_out``, ``filtered``.
-- tokenize: ``records_out`` (documents), ``filtered``, ``outputs`` (the unit's ``.bin`` shards),
-  ``tokens``, ``shards`` (``prefix``, ``documents``, ``tokens`` of each), ``line_offset`` (lines of
-  the input file before the unit's first; null: summed from the earlier units at commit),
-  ``decode_check`` (``sampled``, ``tokens_equal``, ``text_equal``).
-- dedup, main pass (``_units/NNNNN.json``): ``records_out``, ``filtered``, ``outputs``,
-  ``duplicates`` (records removed or annotated as duplicates), ``examples`` (records of the largest
-  clusters: ``[representative, id, jaccard, text]``, for the report); with Parquet ``schemas``. Its other
-  passes (``_units/NNNNN.<pass>.json``; a task of a pass over a keyed exchange, ``runner/exchange.py``,
-  is one partition, its ``unit`` a partition named ``_exchange/<stage>/p-PPPPP``): ``map`` (input
-  units) ``texts`` (records with a text field), ``line_offset``; ``pairs`` ``pairs`` (candidate
-  pairs of one band partition); ``verify`` and ``exact`` ``candidate_pairs``, ``verified_pairs``
-  (``exact`` also ``clusters``, ``largest_cluster``, ``removed``, ``largest_clusters``,
-  ``cluster_sizes``);
-  ``ccN``/``labN`` (round N) ``proposals`` and ``changed``; ``route`` ``removed``; ``sizes``
-  ``clusters``, ``largest_cluster``, ``removed``, ``largest_clusters`` (``[id, size]`` pairs),
-  ``cluster_sizes``.
-- decontaminate, main pass: ``records_out``, ``filtered``, ``outputs``, ``removed``; with Parquet
-  ``schemas``. ``ref`` (a task per reference unit) and ``map``: ``texts``, ``line_offset``;
-  ``join`` (a task per partition): ``ngrams`` (distinct reference n-grams), ``hits``.
+- the op's pass (its module's ``Keys.records``). Keys several ops' passes write: ``records_out``,
+  ``filtered``, ``outputs`` (the unit's parts, relative to the output); with Parquet ``schemas``
+  (part -> base64 Arrow schema, ``formats/commit.py``); with JSON Lines or WebDataset
+  ``field_types`` (part -> field -> value types); with ``--cache`` ``cache``.
 """
 
-from typing import Dict, FrozenSet, Tuple
+from typing import FrozenSet, Tuple
 
 MANIFEST_VERSION = 1
 SUCCEEDED = "SUCCEEDED"  # the value of ``status``
@@ -273,42 +215,6 @@ ENGINE_KEYS: KeySet = (
                STARTED_AT, WALL_TIME_S, UNITS}),
     frozenset({RENAMED_COLUMNS}),
 )  # fmt: skip
-OP_KEYS: Dict[str, KeySet] = {  # what each op's finalize adds ("transform_queue": a queue --output)
-    "transform": (
-        frozenset({RECORDS_OUT, FILTERED, OUTPUT}),
-        frozenset({PARQUET_SCHEMA, FIELD_TYPES, CACHE}),
-    ),
-    "transform_queue": (frozenset({RECORDS_OUT, FILTERED, OUTPUT, STATE, QUEUE}), frozenset({CACHE})),
-    "split": (
-        frozenset(
-            {
-                RECORDS_OUT,
-                FILTERED,
-                SPLITS,
-                FRACTIONS,
-                METHOD,
-                SEED,
-                SPLIT_KEY,
-                STRATIFY,
-                WARNINGS,
-                OUTPUT,
-                DRIFT,
-            }
-        ),
-        frozenset({CLASSES, PARQUET_SCHEMA, FIELD_TYPES}),
-    ),  # fmt: skip
-    "stats": (frozenset({RECORDS_DESCRIBED, STATS, REPORT, MARKDOWN}), frozenset()),
-    "validate": (frozenset({RECORDS_DESCRIBED, ANOMALIES, STATS, ANOMALIES_JSON, REPORT}), frozenset()),
-    "tokenize": (frozenset({RECORDS_OUT, FILTERED, OUTPUT, TOKENS, TOKENIZE}), frozenset()),
-    "dedup": (
-        frozenset({RECORDS_OUT, FILTERED, OUTPUT, DEDUP, REPORT}),
-        frozenset({PARQUET_SCHEMA, FIELD_TYPES}),
-    ),
-    "decontaminate": (
-        frozenset({RECORDS_OUT, FILTERED, OUTPUT, DECONTAMINATE}),
-        frozenset({PARQUET_SCHEMA, FIELD_TYPES}),
-    ),
-}
 INPUT_KEYS = frozenset({INPUT_PATH, INPUT_SIZE})
 ARTIFACT_KEYS = frozenset({ARTIFACT_URL, ARTIFACT_SHA256})
 JOB_KEYS = frozenset({JOB_RUN_ID, JOB_REQUEST, JOB_FINGERPRINT})
@@ -321,95 +227,12 @@ QUEUE_KEYS = frozenset({QUEUE_JOB_ID, QUEUE_MESSAGES, QUEUE_FIRST_PUBLISH_AT, QU
                         QUEUE_PEAK_BACKLOG, QUEUE_RECONNECTS})  # fmt: skip
 ENGINE_OPTIONS = frozenset({OPT_FORMAT, OPT_OUTPUT_FORMAT, OPT_BATCH_SIZE, OPT_ON_ERROR, OPT_UNIT_MB,
                             OPT_MAX_RECORD_MB})  # fmt: skip
-OP_OPTIONS: Dict[str, FrozenSet[str]] = {
-    "transform": frozenset(),
-    "transform_queue": frozenset({OPT_QUEUE}),
-    "split": frozenset({OPT_FRACTIONS, OPT_METHOD, OPT_SEED, OPT_KEY, OPT_STRATIFY}),
-    "stats": frozenset({OPT_STATS, OPT_FN}),
-    "validate": frozenset({OPT_VALIDATE, OPT_STATS, OPT_FN}),
-    "tokenize": frozenset({OPT_TOKENIZE, OPT_FN}),
-    "dedup": frozenset({DEDUP}),
-    "decontaminate": frozenset({DECONTAMINATE}),
-}
 VALIDATE_OPTIONS = frozenset({OPT_VALIDATE_SCHEMA, OPT_VALIDATE_BASELINE, OPT_VALIDATE_FAIL_ON})
 
 RECORD_KEYS = frozenset({FINGERPRINT, UNIT, RECORDS_IN, PARSED, BLANK_LINES, SKIPPED_MEMBERS,
                          RENAMED_JSON_KEYS, BAD, BAD_UNITS, LOST_BYTES, BYTES_READ, ERRORS, STARTED_AT,
                          WALL_S, SLOT, RANK, WORKER, ATTEMPT, FILES})  # fmt: skip
-PASS_KEYS: Dict[str, KeySet] = {  # what each op's pass adds to the record ("split_count": split's count pass)
-    "transform": (frozenset({RECORDS_OUT, FILTERED, OUTPUTS}), frozenset({SCHEMAS, FIELD_TYPES, CACHE})),
-    "transform_queue": (
-        frozenset(
-            {RECORDS_OUT, FILTERED, OUTPUTS, MESSAGES, FIRST_PUBLISH_AT, BACKPRESSURE_WAIT_S, PEAK_BACKLOG}
-        ),
-        frozenset({CACHE}),
-    ),  # fmt: skip
-    "split": (
-        frozenset({RECORDS_OUT, FILTERED, COUNTS, OUTPUTS, PROFILE}),
-        frozenset({SCHEMAS, FIELD_TYPES, CLASS_COUNTS}),
-    ),
-    "split_count": (frozenset({COUNT}), frozenset({CLASS_COUNTS, HASHES})),
-    "stats": (frozenset({RECORDS_OUT, FILTERED}), frozenset()),
-    "validate": (frozenset({RECORDS_OUT, FILTERED}), frozenset()),
-    "tokenize": (
-        frozenset({RECORDS_OUT, FILTERED, OUTPUTS, TOKENS, SHARDS, LINE_OFFSET, DECODE_CHECK}),
-        frozenset(),
-    ),
-    "dedup": (
-        frozenset({RECORDS_OUT, FILTERED, OUTPUTS, DUPLICATES, EXAMPLES}),
-        frozenset({SCHEMAS, FIELD_TYPES}),
-    ),
-    "dedup_map": (frozenset({TEXTS, LINE_OFFSET}), frozenset()),
-    "dedup_pairs": (frozenset({PAIRS}), frozenset()),
-    "dedup_verify": (frozenset({CANDIDATE_PAIRS, VERIFIED_PAIRS}), frozenset()),
-    "dedup_exact": (
-        frozenset(
-            {
-                CANDIDATE_PAIRS,
-                VERIFIED_PAIRS,
-                CLUSTERS,
-                LARGEST_CLUSTER,
-                REMOVED,
-                LARGEST_CLUSTERS,
-                CLUSTER_SIZES,
-            }
-        ),
-        frozenset(),
-    ),
-    "dedup_cc": (frozenset({PROPOSALS}), frozenset()),
-    "dedup_lab": (frozenset({CHANGED}), frozenset()),
-    "dedup_route": (frozenset({REMOVED}), frozenset()),
-    "dedup_sizes": (
-        frozenset({CLUSTERS, LARGEST_CLUSTER, REMOVED, LARGEST_CLUSTERS, CLUSTER_SIZES}),
-        frozenset(),
-    ),
-    "decontaminate": (
-        frozenset({RECORDS_OUT, FILTERED, OUTPUTS, REMOVED}),
-        frozenset({SCHEMAS, FIELD_TYPES}),
-    ),
-    "decontaminate_ref": (frozenset({TEXTS, LINE_OFFSET}), frozenset()),
-    "decontaminate_map": (frozenset({TEXTS, LINE_OFFSET}), frozenset()),
-    "decontaminate_join": (frozenset({NGRAMS, HITS}), frozenset()),
-}
 FILE_KEYS = frozenset({FILE_PATH, FILE_SIZE, FILE_XXH3})
 SUMMARY_DROPS = frozenset(
     {FINGERPRINT, SCHEMAS, FIELD_TYPES}
 )  # a unit summary: the record without these, plus path
-
-
-def manifest_keys(kind: str) -> KeySet:
-    """``(always, optional)`` top-level keys of the ``_SUCCESS`` of a ``kind`` job (an ``OP_KEYS`` key)."""
-    always, optional = OP_KEYS[kind]
-    return BASE_KEYS | ENGINE_KEYS[0] | always, ENGINE_KEYS[1] | optional
-
-
-def record_keys(kind: str) -> KeySet:
-    """``(always, optional)`` keys of a commit record of a ``kind`` pass (a ``PASS_KEYS`` key)."""
-    always, optional = PASS_KEYS[kind]
-    return RECORD_KEYS | always, optional
-
-
-def summary_keys(kind: str) -> KeySet:
-    """``(always, optional)`` keys of a unit summary in ``_SUCCESS`` (``units[i]``) of a ``kind`` pass."""
-    always, optional = record_keys(kind)
-    return (always - SUMMARY_DROPS) | {SUMMARY_PATH}, optional - SUMMARY_DROPS

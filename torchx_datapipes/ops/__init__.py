@@ -11,6 +11,10 @@ and the entry-point group ``torchx_datapipes.ops`` for third-party packages::
     [project.entry-points."torchx_datapipes.ops"]
     dedup = "my_pkg.dedup:OP"
 
+What an op adds to the job manifest (``_SUCCESS``) and to its commit records is declared in its
+module too (:class:`Keys`, documented in the op module's docstring; the keys every op shares are
+``io/manifest_schema.py``'s): :func:`manifest_keys` and :func:`record_keys` answer from the registry.
+
 TorchX needs a literal component function per op (it reads its signature from the source, and its
 docstring as the CLI help): ``components.py`` keeps one per built-in op, a signature checked against
 the spec by ``tests/test_options.py``; its docstring is :meth:`OpDef.component_doc`.
@@ -18,8 +22,9 @@ the spec by ``tests/test_options.py``; its docstring is :meth:`OpDef.component_d
 
 import textwrap
 from dataclasses import dataclass
-from typing import Iterator, Mapping, Optional, Tuple
+from typing import Callable, FrozenSet, Iterator, Mapping, Optional, Tuple, TypeVar
 
+from torchx_datapipes.io import manifest_schema as ms
 from torchx_datapipes.options.spec import OpSpec
 from torchx_datapipes.plugins import Registry
 
@@ -30,6 +35,24 @@ _KNOWN = {
     name: f"{_O}{name}:OP"
     for name in ("transform", "split", "stats", "validate", "tokenize", "dedup", "decontaminate")
 }
+
+
+T = TypeVar("T")
+KeySet = ms.KeySet  # (keys always present, keys present when the job asks for them)
+_NO_KEYS: KeySet = (frozenset(), frozenset())
+
+
+@dataclass(frozen=True)
+class Keys:
+    """The keys an op writes, by *kind*: the op's name, or a variant of it (``transform_queue``: a
+    transform to a queue; ``split_count``: a pass's commit records, ``<op>_<pass>``)."""
+
+    # kind -> what the op's finalize adds to _SUCCESS (besides every op's and the engine's keys)
+    manifest: Mapping[str, KeySet]
+    # kind -> what the op's own ``options()`` adds to ``_SUCCESS``'s ``options`` (the engine's besides)
+    options: Mapping[str, FrozenSet[str]]
+    # pass kind -> what the pass's process adds to a commit record (besides the engine's keys)
+    records: Mapping[str, KeySet]
 
 
 @dataclass(frozen=True)
@@ -45,6 +68,8 @@ class OpDef:
     csv_types: Optional[str] = "schema"
     # "module:function" of ``(runner args) -> the directory the job commits to``; None: --output
     commit_dir: Optional[str] = None
+    # what the op writes in _SUCCESS and its commit records (None: undeclared, a test op's)
+    keys: Optional[Keys] = None
 
     @property
     def name(self) -> str:
@@ -97,3 +122,34 @@ class _Specs(Mapping[str, OpSpec]):
 
 
 SPECS: Mapping[str, OpSpec] = _Specs()
+
+
+def _declared(kind: str, table: Callable[[Keys], Mapping[str, T]]) -> T:
+    for name in op_names():
+        keys = get_op(name).keys
+        if keys is not None and kind in table(keys):
+            return table(keys)[kind]
+    raise KeyError(f"no registered op declares keys of kind {kind!r}")
+
+
+def manifest_keys(kind: str) -> KeySet:
+    """``(always, optional)`` top-level keys of the ``_SUCCESS`` of a ``kind`` job (:class:`Keys`)."""
+    always, optional = _declared(kind, lambda k: k.manifest)
+    return ms.BASE_KEYS | ms.ENGINE_KEYS[0] | always, ms.ENGINE_KEYS[1] | optional
+
+
+def option_keys(kind: str) -> FrozenSet[str]:
+    """The keys of a ``kind`` job's ``_SUCCESS`` ``options``: the engine's and the op's own."""
+    return ms.ENGINE_OPTIONS | _declared(kind, lambda k: k.options)
+
+
+def record_keys(kind: str) -> KeySet:
+    """``(always, optional)`` keys of a commit record of a ``kind`` pass (:class:`Keys`)."""
+    always, optional = _declared(kind, lambda k: k.records)
+    return ms.RECORD_KEYS | always, optional
+
+
+def summary_keys(kind: str) -> KeySet:
+    """``(always, optional)`` keys of a unit summary in ``_SUCCESS`` (``units[i]``) of a ``kind`` pass."""
+    always, optional = record_keys(kind)
+    return (always - ms.SUMMARY_DROPS) | {ms.SUMMARY_PATH}, optional - ms.SUMMARY_DROPS

@@ -2,11 +2,25 @@
 
 Its option spec, help and runner (``runner/decontaminate.py``); the n-gram rules are
 ``torchx_datapipes/dedup/decontam.py``'s.
+
+Manifest keys (``Keys``; the shared ones are ``io/manifest_schema.py``'s):
+
+- ``_SUCCESS`` (``runner/decontaminate.py``): ``records_out``, ``filtered`` (0), ``output`` and
+  ``decontaminate`` (``records_in``, ``records_out``, ``removed``, ``reference_records``,
+  ``reference_ngrams``, ``ngram``, ``partitions``, ``matches``: the ``_dedup`` directory or null);
+  with Parquet ``parquet_schema``, else ``field_types``. Its ``options`` add ``decontaminate``
+  (``reference``, ``reference_files_sha256``, ``field``, ``reference_field``, ``ngram``,
+  ``partitions``).
+- commit records, main pass: ``records_out``, ``filtered``, ``outputs``, ``removed``; with Parquet
+  ``schemas``, else ``field_types``. ``ref`` (a task per reference unit) and ``map``: ``texts``,
+  ``line_offset``; ``join`` (a task per partition): ``ngrams`` (distinct reference n-grams),
+  ``hits``.
 """
 
 from typing import Any, Dict, Mapping
 
-from torchx_datapipes.ops import OpDef
+from torchx_datapipes.io import manifest_schema as ms
+from torchx_datapipes.ops import Keys, OpDef
 from torchx_datapipes.ops.common import INPUT_HELP, data_options, io_options
 from torchx_datapipes.ops.dedup import fn_option, job_options, partitions_option
 from torchx_datapipes.options import checks as c
@@ -118,4 +132,22 @@ OP = OpDef(
     help="remove records sharing an n-gram with a reference set",
     runner="torchx_datapipes.runner.decontaminate:make_op",
     doc=_DOC,
+    keys=Keys(
+        manifest={
+            "decontaminate": (
+                frozenset({ms.RECORDS_OUT, ms.FILTERED, ms.OUTPUT, ms.DECONTAMINATE}),
+                frozenset({ms.PARQUET_SCHEMA, ms.FIELD_TYPES}),
+            )
+        },
+        options={"decontaminate": frozenset({ms.DECONTAMINATE})},
+        records={
+            "decontaminate": (
+                frozenset({ms.RECORDS_OUT, ms.FILTERED, ms.OUTPUTS, ms.REMOVED}),
+                frozenset({ms.SCHEMAS, ms.FIELD_TYPES}),
+            ),
+            "decontaminate_ref": (frozenset({ms.TEXTS, ms.LINE_OFFSET}), frozenset()),
+            "decontaminate_map": (frozenset({ms.TEXTS, ms.LINE_OFFSET}), frozenset()),
+            "decontaminate_join": (frozenset({ms.NGRAMS, ms.HITS}), frozenset()),
+        },
+    ),
 )

@@ -1,11 +1,36 @@
 """The ``dedup`` op: near (MinHash LSH, verified) or exact duplicates removed or annotated, for any -j.
 
 Its option spec, help and runner (``runner/dedup.py``); the algorithm is ``torchx_datapipes/dedup/``'s.
+
+Manifest keys (``Keys``; the shared ones are ``io/manifest_schema.py``'s):
+
+- ``_SUCCESS`` (``runner/dedup.py``): ``records_out``, ``filtered``, ``output``, ``report`` (the URL
+  of ``report.html``: duplicate fraction, cluster sizes, the largest clusters with examples) and
+  ``dedup``: the counts (``dedup/counts.py`` ``DedupCounts``: ``records_in``, the records with a
+  text field; ``records_out``, ``candidate_pairs``, ``verified_pairs``, ``false_positive_rate``,
+  ``clusters``, ``largest_cluster``), ``removed``, ``method``, ``threshold``, ``ngram``, ``bands``,
+  ``rows``, ``num_perm``, ``action``, ``verify``, ``partitions``, ``rounds`` (label propagation
+  rounds), ``cluster_sizes`` (cluster size -> how many clusters), ``duplicates`` (the ``_dedup``
+  directory or null) and ``largest_clusters`` (each ``id``, ``file``, ``line``, ``size``); with
+  Parquet ``parquet_schema``, else ``field_types``. Its ``options`` add ``dedup`` (``field``,
+  ``method``, ``threshold``, ``ngram``, ``action``, ``cluster_field``, ``verify``, ``partitions``).
+- commit records, main pass (``_units/NNNNN.json``): ``records_out``, ``filtered``, ``outputs``,
+  ``duplicates`` (records removed or annotated as duplicates), ``examples`` (records of the largest
+  clusters: ``[representative, id, jaccard, text]``, for the report); with Parquet ``schemas``,
+  else ``field_types``. Its other passes (``_units/NNNNN.<pass>.json``; a task of a pass over a
+  keyed exchange, ``runner/exchange.py``, is one partition, its ``unit`` a partition named
+  ``_exchange/<stage>/p-PPPPP``): ``map`` (input units) ``texts`` (records with a text field),
+  ``line_offset``; ``pairs`` ``pairs`` (candidate pairs of one band partition); ``verify`` and
+  ``exact`` ``candidate_pairs``, ``verified_pairs`` (``exact`` also ``clusters``,
+  ``largest_cluster``, ``removed``, ``largest_clusters``, ``cluster_sizes``); ``ccN``/``labN``
+  (round N) ``proposals`` and ``changed``; ``route`` ``removed``; ``sizes`` ``clusters``,
+  ``largest_cluster``, ``removed``, ``largest_clusters`` (``[id, size]`` pairs), ``cluster_sizes``.
 """
 
 from typing import Any, Tuple
 
-from torchx_datapipes.ops import OpDef
+from torchx_datapipes.io import manifest_schema as ms
+from torchx_datapipes.ops import Keys, OpDef
 from torchx_datapipes.ops.common import (
     INPUT_HELP,
     RUNNER_ONLY,
@@ -142,4 +167,45 @@ OP = OpDef(
     help="remove or annotate near/exact duplicate records",
     runner="torchx_datapipes.runner.dedup:make_op",
     doc=_DOC,
+    keys=Keys(
+        manifest={
+            "dedup": (
+                frozenset({ms.RECORDS_OUT, ms.FILTERED, ms.OUTPUT, ms.DEDUP, ms.REPORT}),
+                frozenset({ms.PARQUET_SCHEMA, ms.FIELD_TYPES}),
+            )
+        },
+        options={"dedup": frozenset({ms.DEDUP})},
+        records={
+            "dedup": (
+                frozenset({ms.RECORDS_OUT, ms.FILTERED, ms.OUTPUTS, ms.DUPLICATES, ms.EXAMPLES}),
+                frozenset({ms.SCHEMAS, ms.FIELD_TYPES}),
+            ),
+            "dedup_map": (frozenset({ms.TEXTS, ms.LINE_OFFSET}), frozenset()),
+            "dedup_pairs": (frozenset({ms.PAIRS}), frozenset()),
+            "dedup_verify": (frozenset({ms.CANDIDATE_PAIRS, ms.VERIFIED_PAIRS}), frozenset()),
+            "dedup_exact": (
+                frozenset(
+                    {
+                        ms.CANDIDATE_PAIRS,
+                        ms.VERIFIED_PAIRS,
+                        ms.CLUSTERS,
+                        ms.LARGEST_CLUSTER,
+                        ms.REMOVED,
+                        ms.LARGEST_CLUSTERS,
+                        ms.CLUSTER_SIZES,
+                    }
+                ),
+                frozenset(),
+            ),
+            "dedup_cc": (frozenset({ms.PROPOSALS}), frozenset()),
+            "dedup_lab": (frozenset({ms.CHANGED}), frozenset()),
+            "dedup_route": (frozenset({ms.REMOVED}), frozenset()),
+            "dedup_sizes": (
+                frozenset(
+                    {ms.CLUSTERS, ms.LARGEST_CLUSTER, ms.REMOVED, ms.LARGEST_CLUSTERS, ms.CLUSTER_SIZES}
+                ),
+                frozenset(),
+            ),
+        },
+    ),
 )

@@ -1,6 +1,23 @@
-"""The ``split`` op: a reproducible train/val/test split (its option spec, help and runner)."""
+"""The ``split`` op: a reproducible train/val/test split (its option spec, help and runner).
 
-from torchx_datapipes.ops import OpDef
+Manifest keys (``Keys``; the shared ones are ``io/manifest_schema.py``'s):
+
+- ``_SUCCESS`` (``runner/split.py``): ``records_out``, ``filtered``, ``splits`` (records per split),
+  ``fractions``, ``method``, ``seed``, ``key`` (the key fields or null), ``stratify``,
+  ``warnings``, ``output``, ``drift``; with ``--stratify`` ``classes`` (class -> records per
+  split); with Parquet ``parquet_schema``, with JSON Lines or WebDataset ``field_types``. Its
+  ``options`` add ``fractions``, ``method``, ``seed``, ``key``, ``stratify``.
+- commit records, main pass: ``records_out``, ``filtered``, ``counts`` (records per split),
+  ``outputs`` (one part per split), ``profile`` (the ``_units/NNNNN.profile`` side file); with
+  Parquet ``schemas``, with JSON Lines or WebDataset ``field_types``; with ``--stratify``
+  ``class_counts`` (class -> records per split).
+- commit records, counting pass (``_units/NNNNN.count.json``; ``--method exact`` or
+  ``--stratify``): ``count``; with ``--stratify`` ``class_counts`` (class -> records); with hash +
+  stratify ``hashes`` (the ``_split/`` side file).
+"""
+
+from torchx_datapipes.io import manifest_schema as ms
+from torchx_datapipes.ops import Keys, OpDef
 from torchx_datapipes.ops.common import (
     INPUT_HELP,
     RUNNER_ONLY,
@@ -89,4 +106,36 @@ OP = OpDef(
     help="train/val/test split",
     runner="torchx_datapipes.runner.split:make_op",
     doc=_DOC,
+    keys=Keys(
+        manifest={
+            "split": (
+                frozenset(
+                    {
+                        ms.RECORDS_OUT,
+                        ms.FILTERED,
+                        ms.SPLITS,
+                        ms.FRACTIONS,
+                        ms.METHOD,
+                        ms.SEED,
+                        ms.SPLIT_KEY,
+                        ms.STRATIFY,
+                        ms.WARNINGS,
+                        ms.OUTPUT,
+                        ms.DRIFT,
+                    }
+                ),
+                frozenset({ms.CLASSES, ms.PARQUET_SCHEMA, ms.FIELD_TYPES}),
+            ),
+        },
+        options={
+            "split": frozenset({ms.OPT_FRACTIONS, ms.OPT_METHOD, ms.OPT_SEED, ms.OPT_KEY, ms.OPT_STRATIFY})
+        },
+        records={
+            "split": (
+                frozenset({ms.RECORDS_OUT, ms.FILTERED, ms.COUNTS, ms.OUTPUTS, ms.PROFILE}),
+                frozenset({ms.SCHEMAS, ms.FIELD_TYPES, ms.CLASS_COUNTS}),
+            ),
+            "split_count": (frozenset({ms.COUNT}), frozenset({ms.CLASS_COUNTS, ms.HASHES})),
+        },
+    ),
 )

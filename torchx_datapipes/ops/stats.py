@@ -1,6 +1,13 @@
-"""The ``stats`` op: summary statistics and a report (its option spec, help and runner)."""
+"""The ``stats`` op: summary statistics and a report (its option spec, help and runner).
 
-from torchx_datapipes.ops import OpDef
+Manifest keys (``Keys``; the shared ones are ``io/manifest_schema.py``'s): ``_SUCCESS``
+(``runner/stats.py``): ``records_described``, ``stats``, ``report``, ``markdown`` (the URLs of
+``stats.json``, ``report.html``, ``stats.md``); its ``options`` add ``stats`` and ``fn``. Commit
+records: ``records_out``, ``filtered``.
+"""
+
+from torchx_datapipes.io import manifest_schema as ms
+from torchx_datapipes.ops import Keys, OpDef
 from torchx_datapipes.ops.common import (
     INPUT_HELP,
     RUNNER_ONLY,
@@ -71,4 +78,11 @@ OP = OpDef(
     help="summary statistics and a report",
     runner="torchx_datapipes.runner.stats:make_op",
     doc=_DOC,
+    keys=Keys(
+        manifest={
+            "stats": (frozenset({ms.RECORDS_DESCRIBED, ms.STATS, ms.REPORT, ms.MARKDOWN}), frozenset())
+        },
+        options={"stats": frozenset({ms.OPT_STATS, ms.OPT_FN})},
+        records={"stats": (frozenset({ms.RECORDS_OUT, ms.FILTERED}), frozenset())},
+    ),
 )

@@ -4,6 +4,19 @@ Also the tokenizer's loading (a Hugging Face ``tokenizer.json`` through fsspec, 
 ``tokenizers`` library of the ``tokenize`` extra), shared by the client's checks and the runner,
 and the checks that need several options at once (``--eos`` in the vocabulary, ``--dtype`` wide
 enough for it), which the component runs before anything launches.
+
+Manifest keys (``Keys``; the shared ones are ``io/manifest_schema.py``'s):
+
+- ``_SUCCESS`` (``runner/tokenize.py``): ``records_out`` (documents), ``filtered``, ``output``,
+  ``tokens`` and ``tokenize`` (``dtype``, ``vocab_size``, ``eos``, ``eos_id``, ``tokenizer``,
+  ``tokenizer_sha256``, ``field``, ``documents``, ``tokens``, ``decode_check`` and ``shards``: each
+  shard in order with ``prefix``, ``documents``, ``tokens``, ``first_document``, ``first_token``,
+  ``input`` and ``line_offset``; read by ``data/tokens.py``). Its ``options`` add ``tokenize``
+  (``field``, ``tokenizer``, ``tokenizer_sha256``, ``eos``, ``dtype``, ``shard_mb``) and ``fn``.
+- commit records: ``records_out`` (documents), ``filtered``, ``outputs`` (the unit's ``.bin``
+  shards), ``tokens``, ``shards`` (``prefix``, ``documents``, ``tokens`` of each), ``line_offset``
+  (lines of the input file before the unit's first; null: summed from the earlier units at
+  commit), ``decode_check`` (``sampled``, ``tokens_equal``, ``text_equal``).
 """
 
 import functools
@@ -12,7 +25,8 @@ import os
 from dataclasses import dataclass
 from typing import Any, Dict, Mapping
 
-from torchx_datapipes.ops import OpDef
+from torchx_datapipes.io import manifest_schema as ms
+from torchx_datapipes.ops import Keys, OpDef
 from torchx_datapipes.ops.common import (
     INPUT_HELP,
     RUNNER_ONLY,
@@ -243,4 +257,29 @@ OP = OpDef(
     help="tokenize a text field into Megatron .bin/.idx shards",
     runner="torchx_datapipes.runner.tokenize:make_op",
     doc=_DOC,
+    keys=Keys(
+        manifest={
+            "tokenize": (
+                frozenset({ms.RECORDS_OUT, ms.FILTERED, ms.OUTPUT, ms.TOKENS, ms.TOKENIZE}),
+                frozenset(),
+            )
+        },
+        options={"tokenize": frozenset({ms.OPT_TOKENIZE, ms.OPT_FN})},
+        records={
+            "tokenize": (
+                frozenset(
+                    {
+                        ms.RECORDS_OUT,
+                        ms.FILTERED,
+                        ms.OUTPUTS,
+                        ms.TOKENS,
+                        ms.SHARDS,
+                        ms.LINE_OFFSET,
+                        ms.DECODE_CHECK,
+                    }
+                ),
+                frozenset(),
+            )
+        },
+    ),
 )

@@ -1,8 +1,24 @@
-"""The ``transform`` op: apply the user's function to every record (its option spec, help and runner)."""
+"""The ``transform`` op: apply the user's function to every record (its option spec, help and runner).
+
+Manifest keys (``Keys``; the shared ones are ``io/manifest_schema.py``'s):
+
+- ``_SUCCESS`` (``runner/transform.py``): ``records_out``, ``filtered``, ``output``; with Parquet
+  ``parquet_schema``, with JSON Lines or WebDataset ``field_types``; with ``--cache`` ``cache``.
+- ``_SUCCESS`` of a transform to a queue (``runner/queue_output.py``): ``records_out``,
+  ``filtered``, ``output`` (the queue URL without credentials), ``state`` (the ``--state``
+  directory), ``queue`` (``job``, ``messages``, ``first_publish_at``, ``max_backlog``,
+  ``backpressure_wait_s``, ``peak_backlog``, ``reconnects``); with ``--cache`` ``cache``. Its
+  ``options`` add ``queue``.
+- commit records: ``records_out``, ``filtered``, ``outputs``; with Parquet ``schemas``, with JSON
+  Lines or WebDataset ``field_types``, with ``--cache`` ``cache``. To a queue: ``records_out``,
+  ``filtered``, ``outputs`` (empty), ``messages``, ``first_publish_at``, ``backpressure_wait_s``,
+  ``peak_backlog``; with ``--cache`` ``cache``.
+"""
 
 from typing import Any
 
-from torchx_datapipes.ops import OpDef
+from torchx_datapipes.io import manifest_schema as ms
+from torchx_datapipes.ops import Keys, OpDef
 from torchx_datapipes.ops.common import (
     INPUT_HELP,
     RUNNER_ONLY,
@@ -121,4 +137,37 @@ OP = OpDef(
     needs_fn=True,
     doc=_DOC,
     commit_dir=f"{__name__}:commit_dir",
+    keys=Keys(
+        manifest={
+            "transform": (
+                frozenset({ms.RECORDS_OUT, ms.FILTERED, ms.OUTPUT}),
+                frozenset({ms.PARQUET_SCHEMA, ms.FIELD_TYPES, ms.CACHE}),
+            ),
+            "transform_queue": (
+                frozenset({ms.RECORDS_OUT, ms.FILTERED, ms.OUTPUT, ms.STATE, ms.QUEUE}),
+                frozenset({ms.CACHE}),
+            ),
+        },
+        options={"transform": frozenset(), "transform_queue": frozenset({ms.OPT_QUEUE})},
+        records={
+            "transform": (
+                frozenset({ms.RECORDS_OUT, ms.FILTERED, ms.OUTPUTS}),
+                frozenset({ms.SCHEMAS, ms.FIELD_TYPES, ms.CACHE}),
+            ),
+            "transform_queue": (
+                frozenset(
+                    {
+                        ms.RECORDS_OUT,
+                        ms.FILTERED,
+                        ms.OUTPUTS,
+                        ms.MESSAGES,
+                        ms.FIRST_PUBLISH_AT,
+                        ms.BACKPRESSURE_WAIT_S,
+                        ms.PEAK_BACKLOG,
+                    }
+                ),
+                frozenset({ms.CACHE}),
+            ),
+        },
+    ),
 )

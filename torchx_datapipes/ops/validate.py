@@ -1,8 +1,15 @@
-"""The ``validate`` op: check every record against a schema, with statistics (spec, help, runner)."""
+"""The ``validate`` op: check every record against a schema, with statistics (spec, help, runner).
+
+Manifest keys (``Keys``; the shared ones are ``io/manifest_schema.py``'s): ``_SUCCESS``
+(``runner/validate.py``): ``records_described``, ``anomalies`` (how many), ``stats``,
+``anomalies_json``, ``report``; its ``options`` add ``validate`` (``schema``, ``baseline``,
+``fail_on``), ``stats`` and ``fn``. Commit records: ``records_out``, ``filtered``.
+"""
 
 from typing import Any
 
-from torchx_datapipes.ops import OpDef
+from torchx_datapipes.io import manifest_schema as ms
+from torchx_datapipes.ops import Keys, OpDef
 from torchx_datapipes.ops.common import (
     INPUT_HELP,
     RUNNER_ONLY,
@@ -99,4 +106,14 @@ OP = OpDef(
     runner="torchx_datapipes.runner.validate:make_op",
     doc=_DOC,
     csv_types=None,  # validate's --schema is a schema file
+    keys=Keys(
+        manifest={
+            "validate": (
+                frozenset({ms.RECORDS_DESCRIBED, ms.ANOMALIES, ms.STATS, ms.ANOMALIES_JSON, ms.REPORT}),
+                frozenset(),
+            )
+        },
+        options={"validate": frozenset({ms.OPT_VALIDATE, ms.OPT_STATS, ms.OPT_FN})},
+        records={"validate": (frozenset({ms.RECORDS_OUT, ms.FILTERED}), frozenset())},
+    ),
 )
