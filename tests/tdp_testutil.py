@@ -62,6 +62,16 @@ def part_bytes(out: Path, sub: str = "") -> Dict[str, bytes]:
     return {p.name: p.read_bytes() for p in sorted(base.glob("part-*"))}
 
 
+def output_files(out: Path) -> Dict[str, bytes]:
+    """Every output file but the manifest and commit records (parts, side tables, indexes), by path."""
+    skip = ("_SUCCESS", "_units/", "_LEASE")
+    return {
+        str(p.relative_to(out)): p.read_bytes()
+        for p in sorted(out.rglob("*"))
+        if p.is_file() and not str(p.relative_to(out)).startswith(skip)
+    }
+
+
 def canon(recs: Sequence[Any]) -> List[str]:
     return sorted(json.dumps(r, sort_keys=True) for r in recs)
 

@@ -19,7 +19,7 @@ from typing import Any
 
 import orjson
 import pytest
-from tdp_testutil import manifest, part_bytes, read_output, run_op, run_torchx
+from tdp_testutil import manifest, output_files, part_bytes, read_output, run_op, run_torchx
 from test_dedup_core import (
     NGRAM,
     THRESHOLD,
@@ -83,16 +83,6 @@ def duplicates(out: Path) -> list[dict[str, Any]]:
     for p in sorted((out / "_dedup").glob("duplicates-*.jsonl")):
         rows += [json.loads(line) for line in p.read_text().splitlines()]
     return rows
-
-
-def everything(out: Path) -> dict[str, bytes]:
-    """Every output file but the manifest and commit records (parts, duplicates table, indexes)."""
-    skip = ("_SUCCESS", "_units/", "_LEASE")
-    return {
-        str(p.relative_to(out)): p.read_bytes()
-        for p in sorted(out.rglob("*"))
-        if p.is_file() and not str(p.relative_to(out)).startswith(skip)
-    }
 
 
 def test_exchange_spills_by_partition_and_gathers_committed_files_only(tmp_path: Path) -> None:
@@ -187,11 +177,11 @@ def test_same_bytes_for_any_workers_and_partitions(
     corpus: dict[str, Any], near_drop: Path, tmp_path: Path
 ) -> None:
     """-j 1x1 (near_drop) against two worker slots claiming dynamically, and other partition counts."""
-    base = everything(near_drop)
+    base = output_files(near_drop)
     assert any(k.startswith("_dedup/") for k in base) and any(k.startswith("part-") for k in base)
     for name, extra in (("w2", ("--num_workers", "2")), ("p7", ("--num_workers", "2", "--partitions", "7"))):
         dedup(corpus, tmp_path / name, *extra)
-        assert everything(tmp_path / name) == base, name
+        assert output_files(tmp_path / name) == base, name
 
 
 def test_exact_keeps_the_first_of_identical_values(corpus: dict[str, Any], tmp_path: Path) -> None:
@@ -247,7 +237,7 @@ def test_kill_mid_exchange_then_relaunch_resumes(
     (out / "_dedup").mkdir()
     (out / "_dedup" / "duplicates-00042.jsonl").write_text("{}\n")  # as an earlier, different job left it
     dedup(corpus, out)
-    assert everything(out) == everything(near_drop)
+    assert output_files(out) == output_files(near_drop)
     for name, data in committed.items():  # the committed tasks were skipped, not redone
         assert (out / "_units" / name).read_bytes() == data, name
 
@@ -378,7 +368,7 @@ def torchx_job(corpus: dict[str, Any]) -> Path:
 def test_two_ranks_write_the_same_bytes(torchx_job: Path, near_drop: Path) -> None:
     m = manifest(torchx_job)
     assert m[ms.WORLD_SIZE] == 2 and m[ms.OP] == "dedup"
-    assert everything(torchx_job) == everything(near_drop)  # -j 1x2 against one in-process rank
+    assert output_files(torchx_job) == output_files(near_drop)  # -j 1x2 against one in-process rank
     assert part_bytes(torchx_job) == part_bytes(near_drop)
 
 
@@ -443,7 +433,7 @@ def test_a_rank_killed_mid_exchange_is_restarted_and_resumes(
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=240, env=env)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert (tmp_path / "killed").exists() and "resumed: skipped" in proc.stderr
-    assert everything(out) == everything(near_drop)
+    assert output_files(out) == output_files(near_drop)
     attempts: dict[str, set[int]] = {}
     for p in (out / "_units").glob("*.*.json"):
         attempts.setdefault(p.name.split(".")[1], set()).add(orjson.loads(p.read_bytes())[ms.ATTEMPT])

@@ -8,6 +8,7 @@ jobs are submitted at once, as a user would, with ``PATH=/usr/bin:/bin`` (the ve
 - ``transform -j 2x1`` (one rank on each node, the rendezvous on node ``h1`` by name);
 - ``split -j 2x1``;
 - ``stats -j 1x2``;
+- ``dedup -j 2x1``: the keyed exchange across two nodes writes the bytes of one in-process rank;
 - ``transform -j 1x1 --max_retries 1`` whose function fails once: Slurm requeues it and the
   second attempt resumes from the committed units.
 - ``api.run(api.transform(...), "slurm")`` at ``-j 1x2``.
@@ -30,7 +31,7 @@ import orjson
 import pytest
 from netns import can_make_namespaces, leftovers
 from slurm_cluster import SlurmCluster, missing_tools, wait_job
-from tdp_testutil import TORCHX, canon, read_output, records, write_jsonl
+from tdp_testutil import TORCHX, canon, output_files, read_output, records, write_jsonl
 
 from torchx_datapipes import api
 from torchx_datapipes.runner.main import main
@@ -116,6 +117,7 @@ JOBS: Dict[str, List[str]] = {
     "transform": ["datapipes.transform", "--fn", "fns.py:clean", "-j", "2x1", "--rdzv_port", "29731"],
     "split": ["datapipes.split", "-j", "2x1", "--rdzv_port", "29732"],
     "stats": ["datapipes.stats", "-j", "1x2"],
+    "dedup": ["datapipes.dedup", "-j", "2x1", "--rdzv_port", "29733", "--unit_mb", "0.004"],
     "retry": ["datapipes.transform", "--fn", "fns.py:flaky", "-j", "1x1", "--max_retries", "1"],
 }
 
@@ -203,6 +205,20 @@ def test_split_2x1(cluster: SlurmCluster, project: Path, jobs: Dict[str, str]) -
         got = read_output(project / "out/split", s)
         assert got and canon(got) == canon(read_output(want, s)), s
     assert orjson.loads((project / "out/split/_SUCCESS").read_bytes())["world_size"] == 2
+
+
+def test_dedup_2x1_writes_the_bytes_of_one_rank(
+    cluster: SlurmCluster, project: Path, jobs: Dict[str, str]
+) -> None:
+    finished(cluster, jobs["dedup"])
+    out = project / "out/dedup"
+    want = inprocess(project, "dedup", "--unit_mb", "0.004")
+    got = output_files(out)
+    assert got == output_files(want) and any(k.startswith("_dedup/") for k in got), sorted(got)
+    m = orjson.loads((out / "_SUCCESS").read_bytes())
+    assert m["world_size"] == 2 and len(m["units"]) > 2, m["units"]
+    expected = orjson.loads((want / "_SUCCESS").read_bytes())
+    assert m["records_out"] == expected["records_out"] <= len({r["text"] for r in records(300)}) < 300
 
 
 def test_stats_1x2(cluster: SlurmCluster, project: Path, jobs: Dict[str, str]) -> None:
