@@ -85,7 +85,7 @@ def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 BAD = [
     ("transform", "on_error", "ignore", ["raise, skip", "'ignore'"]),
-    ("transform", "output_format", "csv", ["jsonl, parquet, webdataset", "'csv'"]),
+    ("transform", "output_format", "csv", ["jsonl, megatron, parquet, webdataset", "'csv'"]),
     ("transform", "format", "xml", ["auto, csv, files, json, jsonl, ", "parquet, text, webdataset", "'xml'"]),
     ("transform", "overwrite", "maybe", ["true, false, 1, 0, yes, no", "'maybe'"]),
     ("transform", "num_workers", 0, [">= 1", "got 0"]),

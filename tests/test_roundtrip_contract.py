@@ -21,7 +21,7 @@ import torch
 from tdp_testutil import run_op, write_jsonl
 
 from torchx_datapipes.data import OutputDataset
-from torchx_datapipes.formats.registry import output_names
+from torchx_datapipes.formats.registry import get_format, output_names
 
 BIG = 123456789012345678901234567890
 
@@ -176,8 +176,12 @@ def _refused(fmt: str, out: Path) -> set:
     return REFUSED[fmt] if fmt in REFUSED else set(_bad_records(out))
 
 
-# every output format the registry knows, the plug-ins installed in this venv included
-@pytest.fixture(scope="module", params=output_names())
+# every output format the registry knows that has inputs too, the plug-ins installed in this venv
+# included; an output-only format (megatron: token ids, read by TokenDataset) has its own tests
+ROUND_TRIP = tuple(n for n in output_names() if not get_format(n).output_only)
+
+
+@pytest.fixture(scope="module", params=ROUND_TRIP)
 def written(request: Any, tmp_path_factory: Any) -> Tuple[str, Path, Dict[str, Any]]:
     fmt = request.param
     root = tmp_path_factory.mktemp(f"contract-{fmt}")
@@ -186,7 +190,7 @@ def written(request: Any, tmp_path_factory: Any) -> Tuple[str, Path, Dict[str, A
 
 
 def test_the_suite_runs_every_registered_output_format() -> None:
-    assert set(output_names()) >= {"jsonl", "parquet", "webdataset", "ndj"}
+    assert set(ROUND_TRIP) >= {"jsonl", "parquet", "webdataset", "ndj"} and "megatron" not in ROUND_TRIP
 
 
 def _expected(fmt: str, name: str) -> Dict[str, Any]:

@@ -29,14 +29,14 @@ class CsvIds(BasePart):
 
 
 def test_builtin_formats_and_names() -> None:
-    assert OUTPUT_FORMATS == ("jsonl", "parquet", "webdataset")
+    assert OUTPUT_FORMATS == ("jsonl", "megatron", "parquet", "webdataset")
     assert part_name(3, "webdataset", prefix="train") == "train/part-00003.tar"
     assert part_name(3, "parquet") == "part-00003.parquet" and part_name(3, "jsonl") == "part-00003.jsonl"
     with pytest.raises(
-        ValueError, match="unknown output format 'csvv'; use one of jsonl, parquet, webdataset, ndj"
+        ValueError, match="unknown output format 'csvv'; use one of jsonl, megatron, parquet, webdataset, ndj"
     ):
         writer_class("csvv")
-    with pytest.raises(ValueError, match="an input format with no writer: 'csv'; use one of jsonl, parquet"):
+    with pytest.raises(ValueError, match="an input format with no writer: 'csv'; use one of jsonl, megatron"):
         writer_class("csv")
 
 

@@ -1,4 +1,8 @@
-"""``TokenDataset``: a committed ``tokenize`` output as packed windows with document and position ids.
+"""``TokenDataset``: committed Megatron shards as packed windows with document and position ids.
+
+It reads a ``tokenize`` output, or the output of a job written with ``--output_format megatron``
+(e.g. a transform returning token ids): both list their shards in order in the manifest, the
+tokenize op in its ``tokenize`` section, the format in its own (``formats/megatron``'s ``SECTION``).
 
 The shards' documents, concatenated in order, are one token stream; item ``w`` is the window of
 tokens ``[w * seq_len, (w + 1) * seq_len)`` (the last partial window is dropped), as three int64
@@ -13,8 +17,9 @@ DataLoader worker, so every window is served exactly once per epoch; ``state_dic
 checksum its commit recorded and every ``.bin`` byte is read through its block checksums
 (``io/verify.py``). The object holds plain data only (no open file), so it pickles.
 
-Non-goals: writing, windows that stop at document ends (pad or split per document yourself), and
-resume on another world size or number of workers.
+Non-goals: writing, windows that stop at document ends (pad or split per document yourself),
+resume on another world size or number of workers, and a split's megatron output (one stream per
+split: not read yet).
 """
 
 import bisect
@@ -30,7 +35,8 @@ from torchx_datapipes.data import _args
 from torchx_datapipes.data._parts import read_success
 from torchx_datapipes.data._plan import rank_span, split_span
 from torchx_datapipes.errors import ReadError
-from torchx_datapipes.formats.megatron import MegatronIndex, decode_index
+from torchx_datapipes.formats.megatron import SECTION as MEGATRON_SECTION
+from torchx_datapipes.formats.megatron.index import MegatronIndex, decode_index
 from torchx_datapipes.io import manifest_schema as ms
 from torchx_datapipes.io.checksum import sum_bytes
 from torchx_datapipes.io.confine import read_small
@@ -52,9 +58,10 @@ class Shard:
     tokens: int
     first_document: int
     first_token: int
-    input: str
-    line_offset: int
-    lines: str  # url of the provenance file (document -> input line)
+    # provenance (tokenize outputs only; None for a --output_format megatron output)
+    input: Optional[str]
+    line_offset: Optional[int]
+    lines: Optional[str]  # url of the provenance file (document -> input line)
 
 
 def _file_sums(url: str, manifest: Mapping[str, Any]) -> Dict[str, Mapping[str, Any]]:
@@ -65,18 +72,34 @@ def _file_sums(url: str, manifest: Mapping[str, Any]) -> Dict[str, Mapping[str, 
     return out
 
 
+def _section(root: str, manifest: Mapping[str, Any]) -> Dict[str, Any]:
+    """The manifest's list of shards: the tokenize op's section, or the megatron format's."""
+    op = manifest.get(ms.OP)
+    if op == "tokenize":
+        return dict(manifest[ms.TOKENIZE])
+    fmt = manifest.get(ms.OPTIONS, {}).get(ms.OPT_OUTPUT_FORMAT)
+    if MEGATRON_SECTION not in manifest:
+        raise ReadError(
+            f"{root}/_SUCCESS is a {op} output written as {fmt!r}: TokenDataset reads Megatron shards, the"
+            " output of datapipes.tokenize or of a job run with --output_format megatron; read this one"
+            " with OutputDataset"
+        )
+    if op == "split":
+        raise ReadError(
+            f"{root} is a split's megatron output (one token stream per split), which TokenDataset does"
+            " not read yet: write each split's records with a transform --output_format megatron instead"
+        )
+    return dict(manifest[MEGATRON_SECTION])
+
+
 def load_shards(
     url: str, storage_options: Optional[Mapping[str, Any]] = None
 ) -> Tuple[Dict[str, Any], List[Shard]]:
-    """``(the manifest's tokenize section, the shards in stream order)`` of a committed tokenize output."""
+    """``(the manifest's section listing the shards, the shards in stream order)`` of a committed
+    tokenize or ``--output_format megatron`` output."""
     root = url.rstrip("/")
     manifest = read_success(root, storage_options)
-    if manifest.get(ms.OP) != "tokenize":
-        raise ReadError(
-            f"{root}/_SUCCESS has op {manifest.get(ms.OP)!r}: TokenDataset reads tokenize outputs"
-            " (datapipes.tokenize); read transform and split outputs with OutputDataset"
-        )
-    section = manifest[ms.TOKENIZE]
+    section = _section(root, manifest)
     files = _file_sums(root, manifest)
 
     def entry(rel: str) -> Mapping[str, Any]:
@@ -93,6 +116,7 @@ def load_shards(
             (f"{root}/{sums[ms.FILE_PATH]}", int(sums[ms.FILE_SIZE]), str(sums[ms.FILE_XXH3])),
             str(b[ms.FILE_XXH3]), root,
         )  # fmt: skip
+        provenance = "input" in s  # a tokenize output's
         shards.append(
             Shard(
                 part,
@@ -101,9 +125,9 @@ def load_shards(
                 int(s["tokens"]),
                 int(s["first_document"]),
                 int(s["first_token"]),
-                str(s["input"]),
-                int(s["line_offset"]),
-                f"{root}/{stem}.lines.json",
+                str(s["input"]) if provenance else None,
+                int(s["line_offset"]) if provenance else None,
+                f"{root}/{stem}.lines.json" if provenance else None,
             )  # fmt: skip
         )
     return section, shards
@@ -121,7 +145,8 @@ def _worker() -> Tuple[int, int]:
 
 
 class TokenDataset(torch.utils.data.IterableDataset):  # type: ignore[type-arg]
-    """Windows of ``seq_len`` tokens of a committed ``tokenize`` output, with document and position ids.
+    """Windows of ``seq_len`` tokens of a committed ``tokenize`` output (or ``--output_format megatron``
+    output), with document and position ids.
 
     Args:
         url: the output directory (local path or fsspec URL) holding ``_SUCCESS``.
@@ -263,6 +288,11 @@ class TokenDataset(torch.utils.data.IterableDataset):  # type: ignore[type-arg]
             raise IndexError(f"document {document} of {self.num_documents}")
         shards = [s for s in self.all_shards if s.documents]
         shard = shards[bisect.bisect_right([s.first_document for s in shards], document) - 1]
+        if shard.lines is None or shard.input is None or shard.line_offset is None:
+            raise ReadError(
+                f"{self.url} records no document's input line: only a tokenize output has provenance"
+                " (a job writing --output_format megatron maps records, not lines, to documents)"
+            )
         doc = orjson.loads(read_small(shard.lines, self.storage_options, shard.bin.root))
         return shard.input, shard.line_offset + int(doc["lines"][document - shard.first_document])
 

@@ -48,6 +48,9 @@ class Format:
     ``part_ext`` names the parts without importing the writer. ``options``: the format
     options (of :data:`FORMAT_OPTIONS`) its input reads; ``extra``: the
     pip extra that installs its dependencies (named in the ImportError's install hint).
+    ``read_by``: what reads the outputs instead of ``OutputDataset`` (``megatron``: TokenDataset),
+    named when ``OutputDataset`` or ``--format`` refuses them. A format with a writer and no
+    ``input`` is :attr:`output_only`: ``--format`` refuses it by that, whatever its name.
     """
 
     name: str
@@ -58,6 +61,7 @@ class Format:
     part_ext: str = ""  # the parts' file extension (default: the writer class's ``ext``)
     options: Tuple[str, ...] = ()
     extra: str = ""
+    read_by: str = ""
     doc: str = field(default="", compare=False)
 
     def __post_init__(self) -> None:
@@ -73,9 +77,15 @@ class Format:
     def writable(self) -> bool:
         return self.writer is not None
 
+    @property
+    def output_only(self) -> bool:
+        """It writes parts and reads no input files (``megatron``, a ``torchx_datapipes.writers`` plug-in)."""
+        return self.writable and not self.readable_input
+
     def input_class(self) -> Type["InputFormat"]:
         if self.input is None:
-            raise ValueError(f"format {self.name!r} reads no input files (it is an output format only)")
+            by = f"; {self.read_by} reads its outputs" if self.read_by else ""
+            raise ValueError(f"format {self.name!r} reads no input files (it is an output-only format{by})")
         cls: Type[InputFormat] = load(self.input, self.extra)
         return cls
 
@@ -93,6 +103,8 @@ class Format:
     def part_reader(self) -> "PartFormat":
         """A new part reader of this format's committed outputs (``OutputDataset``)."""
         ref = self.reader_ref()
+        if ref is None and self.read_by:
+            raise ValueError(f"{self.name} output is read by {self.read_by}, not OutputDataset")
         if ref is None:
             raise ValueError(
                 f"output format {self.name!r} declares no reader: give its Format a"

@@ -39,6 +39,7 @@ _KNOWN: Dict[str, str] = {
     "parquet": _F + "parquet:FORMAT",
     "files": _F + "files:FORMAT",
     "webdataset": _F + "webdataset:FORMAT",
+    "megatron": _F + "megatron:FORMAT",  # output only: read back by TokenDataset
 }
 _REGISTERED: Dict[str, Format] = {}
 _CACHE: Dict[str, Format] = {}
@@ -108,7 +109,7 @@ def register_writer(name: str, cls: Union[str, type]) -> None:
     except ValueError:
         old = None
     base = old if old is not None else Format(name)
-    _REGISTERED[name] = dataclasses.replace(base, writer=cls, reader=None, part_ext="")
+    _REGISTERED[name] = dataclasses.replace(base, writer=cls, reader=None, part_ext="", read_by="")
     _clear()
 
 
@@ -155,7 +156,8 @@ def shipped(names: Iterable[Optional[str]]) -> str:
                 raise
             continue  # only --format auto could pick it: the job reads its files as of an unknown extension
         table[real] = {**refs, "aliases": list(fmt.aliases), "part_ext": fmt.part_ext,
-                       "options": list(fmt.options), "extra": fmt.extra, "doc": fmt.doc}  # fmt: skip
+                       "options": list(fmt.options), "extra": fmt.extra, "read_by": fmt.read_by,
+                       "doc": fmt.doc}  # fmt: skip
     if not table:
         return ""
     return base64.urlsafe_b64encode(json.dumps(table, sort_keys=True).encode()).decode()
@@ -173,7 +175,8 @@ def _ensure_shipped() -> None:
         if name not in _REGISTERED:  # this process's own registration wins
             _REGISTERED[name] = Format(
                 name, input=d["input"], writer=d["writer"], reader=d["reader"], aliases=tuple(d["aliases"]),
-                part_ext=d["part_ext"], options=tuple(d["options"]), extra=d["extra"], doc=d["doc"],
+                part_ext=d["part_ext"], options=tuple(d["options"]), extra=d["extra"],
+                read_by=d.get("read_by", ""), doc=d["doc"],
             )  # fmt: skip
     _clear()
 
@@ -268,16 +271,17 @@ def _for(name: str, direction: str) -> Format:
     has = fmt is not None and (fmt.readable_input if direction == "input" else fmt.writable)
     if fmt is None or not has:
         if fmt is None:
-            what = f"unknown {direction} format"
+            what = f"unknown {direction} format {name!r}"
+        elif direction == "output":
+            what = f"an input format with no writer: {name!r}"
+        elif fmt.output_only:
+            by = f" ({fmt.read_by} reads its outputs)" if fmt.read_by else ""
+            what = f"{fmt.name} is an output-only format: it writes parts and reads no input files{by}"
         else:
-            what = (
-                "an output format with no input reader:"
-                if direction == "input"
-                else "an input format with no writer:"
-            )
+            what = f"a format with no input reader: {name!r}"
         names = ("auto", *input_names()) if direction == "input" else output_names()
         raise ValueError(
-            f"{what} {name!r}; use one of {', '.join(names)} (a plug-in adds one with register_format"
+            f"{what}; use one of {', '.join(names)} (a plug-in adds one with register_format"
             f" or the entry-point group {ENTRY_POINT_GROUP!r})"
         )
     return fmt

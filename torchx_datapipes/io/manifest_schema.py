@@ -35,8 +35,11 @@ by a restarted rank (``job``), by the runner's summary line (``runner/main.py``)
   (records written), ``filtered`` (records ``fn`` dropped), ``output`` (where the output went);
   with ``--output_format parquet`` ``parquet_schema`` (``formats/parquet/unify.py``: ``fields``,
   ``rewritten_parts``), with JSON Lines or WebDataset ``field_types`` (field -> the value types
-  written, ``formats/fieldtypes.py``; read by ``Collate.for_output``); with ``--cache`` ``cache``
-  (``runner/memo.py``).
+  written, ``formats/fieldtypes.py``; read by ``Collate.for_output``); with ``--output_format
+  megatron`` ``megatron`` (``formats/megatron/writer.py``: ``dtype``, ``documents``, ``tokens`` and
+  ``shards``, each with ``prefix``, ``documents``, ``tokens``, ``first_document``,
+  ``first_token``: the parts as one token stream, read by ``data/tokens.py``); with ``--cache``
+  ``cache`` (``runner/memo.py``).
 
 ``options`` (``runner/engine.py`` ``Engine.options``, part of the job fingerprint): ``format``,
 ``output_format`` (read by ``data/_parts.py``), ``batch_size``, ``on_error``, ``unit_mb``,
@@ -105,6 +108,7 @@ RECORDS_OUT = "records_out"  # also a commit record's
 FILTERED = "filtered"  # also a commit record's
 OUTPUT = "output"
 PARQUET_SCHEMA = "parquet_schema"
+MEGATRON = "megatron"  # the --output_format megatron section (formats/megatron/writer.py)
 CACHE = "cache"  # also a commit record's
 STATE = "state"
 QUEUE = "queue"

@@ -94,7 +94,8 @@ def data_options(
                 "output_format",
                 "str",
                 "jsonl",
-                "jsonl, parquet or webdataset (tar shards)",
+                "jsonl, parquet, webdataset (tar shards) or megatron (.bin/.idx: token ids per record, read"
+                " by TokenDataset)",
                 check=_output_format,
             ),
         )

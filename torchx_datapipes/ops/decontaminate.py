@@ -8,9 +8,9 @@ Manifest keys (``Keys``; the shared ones are ``io/manifest_schema.py``'s):
 - ``_SUCCESS`` (``runner/decontaminate.py``): ``records_out``, ``filtered`` (0), ``output`` and
   ``decontaminate`` (``records_in``, ``records_out``, ``removed``, ``reference_records``,
   ``reference_ngrams``, ``ngram``, ``partitions``, ``matches``: the ``_dedup`` directory or null);
-  with Parquet ``parquet_schema``, else ``field_types``. Its ``options`` add ``decontaminate``
-  (``reference``, ``reference_files_sha256``, ``field``, ``reference_field``, ``ngram``,
-  ``partitions``).
+  with Parquet ``parquet_schema``, with megatron ``megatron``, else ``field_types``. Its
+  ``options`` add ``decontaminate`` (``reference``, ``reference_files_sha256``, ``field``,
+  ``reference_field``, ``ngram``, ``partitions``).
 - commit records, main pass: ``records_out``, ``filtered``, ``outputs``, ``removed``; with Parquet
   ``schemas``, else ``field_types``. ``ref`` (a task per reference unit) and ``map``: ``texts``,
   ``line_offset``; ``join`` (a task per partition): ``ngrams`` (distinct reference n-grams),
@@ -136,7 +136,7 @@ OP = OpDef(
         manifest={
             "decontaminate": (
                 frozenset({ms.RECORDS_OUT, ms.FILTERED, ms.OUTPUT, ms.DECONTAMINATE}),
-                frozenset({ms.PARQUET_SCHEMA, ms.FIELD_TYPES}),
+                frozenset({ms.PARQUET_SCHEMA, ms.FIELD_TYPES, ms.MEGATRON}),
             )
         },
         options={"decontaminate": frozenset({ms.DECONTAMINATE})},

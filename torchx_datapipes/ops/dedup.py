@@ -171,7 +171,7 @@ OP = OpDef(
         manifest={
             "dedup": (
                 frozenset({ms.RECORDS_OUT, ms.FILTERED, ms.OUTPUT, ms.DEDUP, ms.REPORT}),
-                frozenset({ms.PARQUET_SCHEMA, ms.FIELD_TYPES}),
+                frozenset({ms.PARQUET_SCHEMA, ms.FIELD_TYPES, ms.MEGATRON}),
             )
         },
         options={"dedup": frozenset({ms.DEDUP})},

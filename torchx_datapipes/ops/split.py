@@ -5,8 +5,8 @@ Manifest keys (``Keys``; the shared ones are ``io/manifest_schema.py``'s):
 - ``_SUCCESS`` (``runner/split.py``): ``records_out``, ``filtered``, ``splits`` (records per split),
   ``fractions``, ``method``, ``seed``, ``key`` (the key fields or null), ``stratify``,
   ``warnings``, ``output``, ``drift``; with ``--stratify`` ``classes`` (class -> records per
-  split); with Parquet ``parquet_schema``, with JSON Lines or WebDataset ``field_types``. Its
-  ``options`` add ``fractions``, ``method``, ``seed``, ``key``, ``stratify``.
+  split); with Parquet ``parquet_schema``, with JSON Lines or WebDataset ``field_types``, with
+  megatron ``megatron``. Its ``options`` add ``fractions``, ``method``, ``seed``, ``key``, ``stratify``.
 - commit records, main pass: ``records_out``, ``filtered``, ``counts`` (records per split),
   ``outputs`` (one part per split), ``profile`` (the ``_units/NNNNN.profile`` side file); with
   Parquet ``schemas``, with JSON Lines or WebDataset ``field_types``; with ``--stratify``
@@ -124,7 +124,7 @@ OP = OpDef(
                         ms.DRIFT,
                     }
                 ),
-                frozenset({ms.CLASSES, ms.PARQUET_SCHEMA, ms.FIELD_TYPES}),
+                frozenset({ms.CLASSES, ms.PARQUET_SCHEMA, ms.FIELD_TYPES, ms.MEGATRON}),
             ),
         },
         options={

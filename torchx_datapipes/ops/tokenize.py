@@ -41,7 +41,7 @@ from torchx_datapipes.options.spec import OpSpec, Option, OptionError
 EXTRA_HINT = "pip install 'torchx-datapipes[tokenize]'"
 DTYPES = ("auto", "uint16", "int32", "int64")
 _DTYPE_MAX = {"uint16": 65535, "int32": 2**31 - 1, "int64": 2**63 - 1}
-UINT16_VOCAB_LIMIT = 65500  # Megatron's DType.optimal_dtype (formats/megatron.py, without numpy here)
+UINT16_VOCAB_LIMIT = 65500  # Megatron's DType.optimal_dtype (formats/megatron/index.py, without numpy)
 
 
 def import_tokenizers() -> Any:

@@ -3,7 +3,8 @@
 Manifest keys (``Keys``; the shared ones are ``io/manifest_schema.py``'s):
 
 - ``_SUCCESS`` (``runner/transform.py``): ``records_out``, ``filtered``, ``output``; with Parquet
-  ``parquet_schema``, with JSON Lines or WebDataset ``field_types``; with ``--cache`` ``cache``.
+  ``parquet_schema``, with JSON Lines or WebDataset ``field_types``, with megatron ``megatron``;
+  with ``--cache`` ``cache``.
 - ``_SUCCESS`` of a transform to a queue (``runner/queue_output.py``): ``records_out``,
   ``filtered``, ``output`` (the queue URL without credentials), ``state`` (the ``--state``
   directory), ``queue`` (``job``, ``messages``, ``first_publish_at``, ``max_backlog``,
@@ -141,7 +142,7 @@ OP = OpDef(
         manifest={
             "transform": (
                 frozenset({ms.RECORDS_OUT, ms.FILTERED, ms.OUTPUT}),
-                frozenset({ms.PARQUET_SCHEMA, ms.FIELD_TYPES, ms.CACHE}),
+                frozenset({ms.PARQUET_SCHEMA, ms.FIELD_TYPES, ms.MEGATRON, ms.CACHE}),
             ),
             "transform_queue": (
                 frozenset({ms.RECORDS_OUT, ms.FILTERED, ms.OUTPUT, ms.STATE, ms.QUEUE}),

@@ -1,12 +1,14 @@
 """The tokenize op: a text field of every record to Megatron ``.bin``/``.idx`` shards, one per unit.
 
-Each unit's documents are encoded in batches (``Tokenizer.encode_batch``, ``--batch_size`` at
-once), ``--eos`` appended, and written in input order to ``part-NNNNN.bin``/``.idx`` (a unit
-whose tokens exceed ``--shard_mb`` continues in ``part-NNNNN.p001.bin`` ...), one sequence per
-document. The output depends on the input alone, never on ``-j`` or the workers. Beside each shard,
-``part-NNNNN.lines.json`` maps its documents to their input lines (provenance). Each unit checks
-a sample of what it committed: the tokens read back from the shard equal the encoding, and
-whether decoding gives the text back (reported, as normalizing tokenizers do not).
+Each unit's documents are encoded in batches (``Tokenizer.encode_batch_fast`` where the library
+has it: the same ids, without the character offsets nothing here uses; else ``encode_batch``;
+``--batch_size`` at once), ``--eos`` appended, and written in input order to
+``part-NNNNN.bin``/``.idx`` (a unit whose tokens exceed ``--shard_mb`` continues in
+``part-NNNNN.p001.bin`` ...), one sequence per document. The output depends on the input alone,
+never on ``-j`` or the workers. Beside each shard, ``part-NNNNN.lines.json`` maps its documents to
+their input lines (provenance). Each unit checks a sample of what it committed: the tokens read
+back from the shard equal the encoding, and whether decoding gives the text back (reported, as
+normalizing tokenizers do not).
 
 The job's manifest (``tokenize`` section) lists every shard in order with its first global
 document and token, its input file and line offset, which ``data/tokens.py`` reads.
@@ -19,7 +21,8 @@ import numpy as np
 import orjson
 
 from torchx_datapipes.errors import DatapipesError
-from torchx_datapipes.formats.megatron import MegatronShard, decode_index, idx_url
+from torchx_datapipes.formats.megatron.index import decode_index
+from torchx_datapipes.formats.megatron.writer import MegatronShard, idx_url
 from torchx_datapipes.formats.planning import Unit
 from torchx_datapipes.formats.reading import UnitReader
 from torchx_datapipes.io import manifest_schema as ms
@@ -173,7 +176,8 @@ class TokenizeOp:
 
     def encode(self, texts: Sequence[str]) -> List[np.ndarray]:
         """Each text's token ids (``--eos`` appended) in the shards' dtype."""
-        encs = self.tokenizer.encode_batch(list(texts))
+        tok = self.tokenizer
+        encs = getattr(tok, "encode_batch_fast", tok.encode_batch)(list(texts))
         tail = [self.eos_id] if self.eos_id is not None else []
         return [np.array(e.ids + tail, dtype=self.dtype) for e in encs]
 

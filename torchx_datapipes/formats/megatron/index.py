@@ -1,4 +1,4 @@
-"""Megatron's indexed dataset (``PREFIX.bin`` + ``PREFIX.idx``): the writer of one shard, and its index.
+"""The layout of Megatron's indexed dataset (``PREFIX.bin`` + ``PREFIX.idx``): the index, encoded and decoded.
 
 The layout is Megatron-LM's (``megatron/core/datasets/indexed_dataset.py``, ``_IndexWriter``), read by
 Megatron, NeMo and datatrove and written here byte for byte as ``IndexedDatasetBuilder`` writes it:
@@ -10,20 +10,18 @@ Megatron, NeMo and datatrove and written here byte for byte as ``IndexedDatasetB
   document indices (``[0, ..., sequence count]``: document ``d`` holds sequences
   ``[indices[d], indices[d + 1])``; here one sequence per document).
 
-Output only: this package writes shards (``runner/tokenize.py``) and reads them back for training
-(``data/tokens.py``); it does not plan shards as an input format. Non-goals: multimodal shards
-(``sequence_modes``) and several sequences per document.
+Output only: this package writes shards (``writer.py``: the tokenize op, ``--output_format
+megatron``) and reads them back for training (``data/tokens.py``); it does not plan shards as an
+input format. Non-goals: multimodal shards (``sequence_modes``) and several sequences per document.
 """
 
 import struct
 from dataclasses import dataclass
-from typing import Any, Dict, List, Optional, Type
+from typing import Any, Dict, Type
 
 import numpy as np
 
 from torchx_datapipes.errors import ReadError
-from torchx_datapipes.formats.writer import BasePart, Failures
-from torchx_datapipes.io.checksum import FileSum, sum_bytes, write_file
 
 HEADER = b"MMIDIDX\x00\x00"
 VERSION = 1
@@ -91,6 +89,20 @@ def encode_index(dtype: Any, lengths: np.ndarray) -> bytes:
     )
 
 
+def index_size(sequences: int) -> int:
+    """The bytes of the ``.idx`` of ``sequences`` sequences, one per document (:func:`encode_index`)."""
+    return _PREAMBLE.size + 4 * sequences + 8 * sequences + 8 * (sequences + 1)
+
+
+def sequences_of(size: int, where: str = "index") -> int:
+    """The sequences of an ``.idx`` of :func:`encode_index` from its size alone (the inverse of
+    :func:`index_size`): a job's commit counts its parts' documents from their recorded sizes."""
+    n, rest = divmod(size - index_size(0), index_size(1) - index_size(0))
+    if n < 0 or rest:
+        raise ReadError(f"{where}: {size} bytes is not the size of a one-sequence-per-document index")
+    return n
+
+
 def decode_index(data: bytes, where: str = "index") -> MegatronIndex:
     """Parse an ``.idx`` (``where`` names it in errors); every count and offset is checked."""
     if len(data) < _PREAMBLE.size:
@@ -108,57 +120,3 @@ def decode_index(data: bytes, where: str = "index") -> MegatronIndex:
     pointers = np.frombuffer(data, "<i8", n, off + 4 * n)
     documents = np.frombuffer(data, "<i8", ndocs, off + 12 * n)
     return MegatronIndex(DTYPES[code], lengths, pointers, documents)
-
-
-class MegatronShard(BasePart):
-    """One shard being written: ``add(tokens)`` per document; ``commit()`` renames the ``.bin`` into
-    place, then writes the ``.idx`` (atomically), so a committed ``.idx`` always has its ``.bin``."""
-
-    ext = "bin"
-
-    def __init__(self, url: str, dtype: Any) -> None:
-        if not url.endswith(".bin"):
-            raise ValueError(f"a Megatron shard's data file ends with .bin: {url}")
-        self.dtype = np.dtype(dtype)
-        self.lengths: List[int] = []
-        self.idx_sum: Optional[FileSum] = None
-        super().__init__(url)
-
-    @property
-    def nbytes(self) -> int:
-        return int(self.fh.size)
-
-    @property
-    def tokens(self) -> int:
-        return sum(self.lengths)
-
-    def add(self, tokens: np.ndarray) -> None:
-        """Append one document (one sequence); ``tokens`` must already hold the shard's dtype."""
-        if tokens.dtype != self.dtype:
-            raise TypeError(f"tokens of dtype {tokens.dtype} written to a {self.dtype} shard")
-        self.fh.write(np.ascontiguousarray(tokens).view(np.uint8))
-        self.lengths.append(len(tokens))
-        self.records += 1
-
-    def _write(self, recs: List[Any]) -> Failures:
-        for tokens in recs:
-            self.add(np.asarray(tokens, dtype=self.dtype))
-        return []
-
-    def commit(self) -> None:
-        super().commit()
-        data = encode_index(self.dtype, np.asarray(self.lengths, dtype=np.int64))
-        write_file(idx_url(self.url), data)
-        self.idx_sum = FileSum("", len(data), sum_bytes(data))
-
-    def file_sums(self, rel: str) -> List[FileSum]:
-        """The ``.bin``, its block sums and the ``.idx`` (paths relative to the output)."""
-        if self.idx_sum is None:
-            raise RuntimeError(f"{self.url} is not committed")
-        idx = FileSum(idx_url(rel), self.idx_sum.size, self.idx_sum.xxh3_128)
-        return [*super().file_sums(rel), idx]
-
-
-def idx_url(bin_url: str) -> str:
-    """``part-00007.idx`` beside ``part-00007.bin``."""
-    return bin_url[: -len(".bin")] + ".idx"
