@@ -6,6 +6,8 @@ Rows, per corpus size (documents of 60 to 400 words, JSON Lines, 4 files):
 - ``tokenize -j J``: ``torchx run -s local_cwd datapipes.tokenize``, Megatron shards, end to end;
 - ``encode_batch x1``: ``tokenizers`` ``encode_batch`` in one process (read, encode, write .npy);
 - ``encode_batch x2``: the same split over two processes (``multiprocessing.Pool(2)``, a file each);
+- ``encode_batch_fast x2``: the same with ``encode_batch_fast`` (no character offsets), the call
+  ``tokenize`` makes, so the gap to it is our overhead alone;
 - ``datatrove x2``: datatrove's ``DocumentTokenizer`` (2 tasks, 2 workers), and its
   ``MegatronDocumentTokenizer`` when the installed datatrove has it.
 
@@ -13,7 +15,7 @@ Every row's wall time is a whole subprocess (interpreter start and imports inclu
 compare what a user waits for. Tokens/s = the corpus' tokens / wall time. The crossover is the
 smallest size at which ``tokenize -j J`` beats ``encode_batch x1``.
 
-``python benchmarks/bench_tokenize.py [--sizes 20000,100000,400000] [--j 1x2] [--repeat 1]``
+``python benchmarks/bench_tokenize.py [--sizes 20000,100000,400000] [--j 1x2]``
 (needs the ``tokenize`` and ``bench`` extras and datatrove).
 """
 
@@ -41,14 +43,15 @@ _ENCODE = textwrap.dedent(
     import json, sys, time, numpy as np
     from multiprocessing import Pool
     from tokenizers import Tokenizer
-    tok_path, out, procs, files = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4:]
+    tok_path, out, procs, method = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
+    files = sys.argv[5:]
     def run(f):
         tok = Tokenizer.from_file(tok_path)
         eos = tok.token_to_id("</s>")
         texts = [json.loads(line)["text"] for line in open(f, encoding="utf-8")]
         n, arrs = 0, []
         for i in range(0, len(texts), 1024):
-            for e in tok.encode_batch(texts[i : i + 1024]):
+            for e in getattr(tok, method)(texts[i : i + 1024]):
                 arrs.append(np.array(e.ids + [eos], dtype=np.uint16))
         data = np.concatenate(arrs)
         np.save(f"{out}/{f.rsplit('/', 1)[-1]}.npy", data)
@@ -134,14 +137,14 @@ def bench_size(root: Path, docs: int, tok: Path, j: str, has_megatron: bool) -> 
     )  # fmt: skip
     tokens = json.loads((out / "ours/_SUCCESS").read_text())["tokens"] if ours.ok else None
     rows.append(_row(f"tokenize -j {j}", docs, ours, tokens, "Megatron .bin/.idx, verified, exactly once"))
-    for procs in (1, 2):
+    for method, procs in (("encode_batch", 1), ("encode_batch", 2), ("encode_batch_fast", 2)):
         (out / f"enc{procs}").mkdir(parents=True, exist_ok=True)
         m = run_measured(
-            [sys.executable, "-c", _ENCODE, str(tok), str(out / f"enc{procs}"), str(procs), *files]
+            [sys.executable, "-c", _ENCODE, str(tok), str(out / f"enc{procs}"), str(procs), method, *files]
         )
         got = (m.last_json() or {}).get("tokens")
         note = "" if got == tokens or tokens is None else f"tokens {got} != ours {tokens}"
-        rows.append(_row(f"encode_batch x{procs}", docs, m, got, note or ".npy per file"))
+        rows.append(_row(f"{method} x{procs}", docs, m, got, note or ".npy per file"))
     kinds = ["documents", *(["megatron"] if has_megatron else [])]
     for kind in kinds:
         m = run_measured(
