@@ -15,7 +15,7 @@ synthetic documents of ~``--words`` Zipf-distributed words, 5-word shingles, ``-
 permutations. Rows:
 
 - ``shingle+hash``: :meth:`ShingleBatch.from_texts` (lowercase, ``\\w+``, 5-grams, xxh3_64, unique);
-- ``numpy kernel``: :meth:`MinHasher.signatures` from those hashes (exact ``(a*x+b) mod 2**61-1``);
+- ``numpy kernel``: :meth:`MinHasher.signatures` from those hashes (``((a*x+b) mod 2**64) >> 1``);
 - ``torch cpu`` / ``torch cuda``: the same kernel in torch (cuda only when present);
 - ``python loop``: the same numbers with Python ints, one doc at a time (on a subset);
 - ``datasketch``: ``MinHash(num_perm).update_batch(shingle bytes)`` per doc, *including* its own
@@ -49,7 +49,6 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO_ROOT))
 
 from torchx_datapipes.dedup import (  # noqa: E402
-    MERSENNE_61,
     MinHasher,
     ShingleBatch,
     band_keys,
@@ -113,13 +112,13 @@ def synthetic_docs(n: int, n_words: int, seed: int) -> list[str]:
 
 
 def python_signatures(batch: ShingleBatch, hasher: MinHasher) -> list[list[int]]:
-    """The plain-Python reference: per doc, per permutation, min of (a*x + b) mod p."""
+    """The plain-Python reference: per doc, per permutation, min of ((a*x + b) mod 2**64) >> 1."""
     params = list(zip((int(v) for v in hasher.a), (int(v) for v in hasher.b)))
-    p = MERSENNE_61
+    m = (1 << 64) - 1
     out = []
     for i in range(len(batch)):
-        xs = [int(v) % p for v in batch.row(i).tolist()]
-        out.append([min((a * x + b) % p for x in xs) for a, b in params])
+        xs = batch.row(i).tolist()
+        out.append([min(((a * x + b) & m) >> 1 for x in xs) for a, b in params])
     return out
 
 

@@ -25,7 +25,6 @@ import pytest
 from torchx_datapipes import dedup
 from torchx_datapipes.dedup import (
     EMPTY,
-    MERSENNE_61,
     DedupCounts,
     ExactMode,
     LSHParams,
@@ -213,7 +212,7 @@ def test_hashes_and_signatures_equal_in_a_fresh_interpreter(tmp_path: Path) -> N
     pinned = [3275419600353722387, 6086655325213332729, 10403364002775130632]
     assert shingle_hashes(text, 5).tolist()[:3] == pinned
     sig = HASHER.signatures(ShingleBatch.from_texts([text], 5), backend="numpy")[0]
-    assert sig[:2].tolist() == [679464159065160925, 240437674189796093]
+    assert sig[:2].tolist() == [1755118561068033851, 3308760606942748499]
     code = (
         "from torchx_datapipes.dedup import MinHasher, ShingleBatch, shingle_hashes\n"
         f"t = {text!r}\n"
@@ -231,30 +230,35 @@ def test_hashes_and_signatures_equal_in_a_fresh_interpreter(tmp_path: Path) -> N
 # ---------------------------------------------------------------- MinHash
 
 
-def test_universal_hash_is_exact_modular_arithmetic() -> None:
+def test_permutations_are_multiply_add_modulo_2_64() -> None:
     rng = np.random.default_rng(1)
     x = rng.integers(0, 2**64, size=300, dtype=np.uint64)
-    x[:6] = [0, 1, MERSENNE_61 - 1, MERSENNE_61, 2**61, 2**64 - 1]
+    x[:5] = [0, 1, 2**63 - 1, 2**63, 2**64 - 1]
     got = HASHER.hash_values(x)
-    a, b = (int(v) for v in HASHER.a), (int(v) for v in HASHER.b)
-    params = list(zip(a, b))
-    want = [[(ai * (int(v) % MERSENNE_61) + bi) % MERSENNE_61 for ai, bi in params] for v in x]
+    params = list(zip((int(v) for v in HASHER.a), (int(v) for v in HASHER.b)))
+    assert all(a % 2 == 1 for a, _ in params)  # odd: a bijection of the 64-bit values
+    want = [[((a * int(v) + b) % 2**64) >> 1 for a, b in params] for v in x]
     assert got.tolist() == want
 
 
-def test_kernels_at_the_limb_bounds() -> None:
-    """The largest limbs drive every intermediate sum to its bound (uint64 in numpy, int64 in torch)."""
-    p, h = MERSENNE_61, MinHasher(4)
-    object.__setattr__(h, "a", np.array([p - 1, 1, 2**31 - 1, 2**60 + 2**31 - 1], dtype=np.uint64))
-    object.__setattr__(h, "b", np.array([p - 1, 0, p - 1, 2**31], dtype=np.uint64))
-    x = np.array([0, 1, p - 1, p, p + 1, 2**61, 2**62 - 1, 2**64 - 1, 2**31 - 1, 2**61 - 2**31], np.uint64)
+def test_kernels_at_the_wrap_around_bounds() -> None:
+    """Products and sums that wrap around 2**64 (and the int64 sign in torch) give the same minima."""
+    h = MinHasher(4)
+    object.__setattr__(h, "a", np.array([2**64 - 1, 1, 2**63 + 1, 0x9E3779B97F4A7C15], dtype=np.uint64))
+    object.__setattr__(h, "b", np.array([2**64 - 1, 0, 2**63, 2**63 - 1], dtype=np.uint64))
+    x = np.array([0, 1, 2**31 - 1, 2**32, 2**63 - 1, 2**63, 2**63 + 1, 2**64 - 2, 2**64 - 1], np.uint64)
     params = list(zip((int(v) for v in h.a), (int(v) for v in h.b)))
-    want = [[(a * (int(v) % p) + b) % p for a, b in params] for v in x]
+    want = [[((a * int(v) + b) % 2**64) >> 1 for a, b in params] for v in x]
     assert h.hash_values(x).tolist() == want
     batch = ShingleBatch.from_rows(np.array([v], dtype=np.uint64) for v in x)
     assert h.signatures(batch, backend="numpy").tolist() == want
+    pairs = ShingleBatch.from_rows([x[:4], x[4:], np.empty(0, np.uint64)])  # minima across signs
+    col = np.array(want)
+    expect = [col[:4].min(axis=0).tolist(), col[4:].min(axis=0).tolist(), [int(EMPTY)] * 4]
+    assert h.signatures(pairs, backend="numpy").tolist() == expect
     if importlib.util.find_spec("torch") is not None:
         assert h.signatures(batch, backend="torch", device="cpu").tolist() == want
+        assert h.signatures(pairs, backend="torch", device="cpu").tolist() == expect
 
 
 def test_signature_is_the_minimum_and_independent_of_the_batch(

@@ -38,13 +38,12 @@ from torchx_datapipes.dedup.counts import DedupCounts
 from torchx_datapipes.dedup.decontam import DecontamMatch, NgramIndex
 from torchx_datapipes.dedup.exact import ExactMode, exact_keys, first_ids
 from torchx_datapipes.dedup.lsh import LSHParams, band_keys, bucket_pairs, candidate_pairs, optimal_params
-from torchx_datapipes.dedup.minhash import EMPTY, MERSENNE_61, Backend, MinHasher
+from torchx_datapipes.dedup.minhash import EMPTY, Backend, MinHasher
 from torchx_datapipes.dedup.shingles import ShingleBatch, ngrams, shingle_hashes, words
 from torchx_datapipes.dedup.verify import jaccard, pair_jaccard, verify_pairs
 
 __all__ = [
     "EMPTY",
-    "MERSENNE_61",
     "Backend",
     "DecontamMatch",
     "DedupCounts",
