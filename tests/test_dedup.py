@@ -111,6 +111,39 @@ def test_exchange_spills_by_partition_and_gathers_committed_files_only(tmp_path:
         stage.gather(1, files)
 
 
+@pytest.mark.parametrize("gap", [0, 5, 10**9])
+def test_shingle_rows_read_by_range(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, gap: int) -> None:
+    """Any set of ids gives their exact rows, whether neighbours share a range read or not."""
+    import numpy as np
+
+    from torchx_datapipes.runner import shingle_rows as sr
+
+    monkeypatch.setattr(sr, "GAP_VALUES", gap)
+    if gap == 5:
+        monkeypatch.setattr(sr, "INDEX_BUDGET", 1)  # every unit index dropped but the newest
+    rng = np.random.default_rng(7)
+    want: dict[int, list[int]] = {}
+    for u in (0, 3):
+        ids = (np.int64(u) << np.int64(32)) | np.sort(rng.choice(1000, 60, replace=False)).astype(np.int64)
+        sizes = rng.integers(0, 9, len(ids)).tolist()
+        rows = [np.unique(rng.integers(0, 2**63, n, dtype=np.uint64)) for n in sizes]
+        lens = np.array([len(r) for r in rows], dtype=np.int64)
+        values = np.concatenate(rows).astype(np.uint64)
+        exchange.write_columns(str(tmp_path), sr.shingle_rel(u), {"id": ids, "len": lens, "values": values})
+        want.update({int(i): r.tolist() for i, r in zip(ids, rows)})
+    reader = sr.ShingleRows(str(tmp_path))
+    for ask in (list(want), [k for k in want if k % 3 == 0], [max(want)]):
+        got = reader.rows(np.array(ask[::-1] + ask[:2], dtype=np.int64))  # any order, repeats
+        assert {k: v.tolist() for k, v in got.items()} == {k: want[k] for k in ask}
+    assert len(reader._index) == (1 if gap == 5 else 2)
+    with pytest.raises(DatapipesError, match="lacks ids"):
+        reader.rows(np.array([(3 << 32) | 5000], dtype=np.int64))
+    cut = tmp_path / sr.shingle_rel(3)
+    cut.write_bytes(cut.read_bytes()[:-8])
+    with pytest.raises(DatapipesError, match=r"u-00003\.bin holds .* bytes.*relaunch"):
+        sr.ShingleRows(str(tmp_path)).rows(np.array([max(want)], dtype=np.int64))
+
+
 @pytest.fixture(scope="module")
 def near_drop(corpus: dict[str, Any], tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("near") / "out"

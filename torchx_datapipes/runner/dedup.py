@@ -45,9 +45,10 @@ from torchx_datapipes.ops.dedup import NUM_PERM
 from torchx_datapipes.runner import exchange
 from torchx_datapipes.runner.badrecords import ErrorSink
 from torchx_datapipes.runner.context import PassContext
-from torchx_datapipes.runner.dedup_graph import Graph, shingle_rel
+from torchx_datapipes.runner.dedup_graph import Graph
 from torchx_datapipes.runner.dedup_report import write_report
 from torchx_datapipes.runner.engine import RunConfig
+from torchx_datapipes.runner.shingle_rows import shingle_rel
 from torchx_datapipes.runner.textfield import (
     ID_SHIFT,
     StableIds,

@@ -8,7 +8,8 @@ near:
 - ``pairs`` over ``bands`` (band key, id): the pairs of ids sharing a band key
   (:func:`~torchx_datapipes.dedup.bucket_pairs`), sent to the partition of the smaller id (``cand``);
 - ``verify`` over ``cand``: distinct candidate pairs, their exact Jaccard from the shingle rows
-  (each unit's ``_exchange/shingles/u-UUUUU.bin``, read for the ids involved only); the pairs at
+  (each unit's ``_exchange/shingles/u-UUUUU.bin``, only the byte ranges of the ids involved:
+  ``runner/shingle_rows.py``); the pairs at
   or above ``--threshold`` (all of them with ``--verify false``) are the partition's edge shard
   (``edges``);
 - rounds ``ccN`` over the edge shards and ``labN`` over the node partitions: min-label
@@ -39,15 +40,12 @@ from torchx_datapipes.runner import exchange
 from torchx_datapipes.runner.badrecords import ErrorSink
 from torchx_datapipes.runner.context import PassContext
 from torchx_datapipes.runner.exchange import Files, Stage
+from torchx_datapipes.runner.shingle_rows import ShingleRows
 from torchx_datapipes.runner.textfield import ID_SHIFT
 
 MAX_ROUNDS = 64
 TOP = 10
 _I8, _U8, _F8 = "<i8", "<u8", "<f8"
-
-
-def shingle_rel(unit_index: int) -> str:
-    return f"{exchange.EXCHANGE_DIR}/shingles/u-{unit_index:05d}.bin"
 
 
 def _producer(task: Unit) -> str:
@@ -83,6 +81,7 @@ class Graph:
         self.final_files: Files = {}
         self.top: Set[int] = set()  # the representatives of the largest clusters (the report's examples)
         self.rounds = 0
+        self.shingles = ShingleRows(output)  # the map pass's shingle rows, read by id
 
     # -- driving ----------------------------------------------------------------------------
     def _pass(
@@ -154,29 +153,8 @@ class Graph:
         )
         return tops[:TOP]
 
-    # -- shingle rows -------------------------------------------------------------------------
-    def shingle_rows(self, ids: np.ndarray) -> Dict[int, np.ndarray]:
-        """The shingle row of each id, reading each unit's shingle file once (only those ids kept)."""
-        out: Dict[int, np.ndarray] = {}
-        ids = np.unique(np.asarray(ids, dtype=np.int64))
-        units = ids >> np.int64(ID_SHIFT)
-        for u in np.unique(units).tolist():
-            cols = exchange.read_columns(self.output, shingle_rel(u))
-            offsets = np.r_[0, np.cumsum(cols["len"])]
-            want = ids[units == u]
-            pos = np.searchsorted(cols["id"], want)
-            if (pos >= len(cols["id"])).any() or (
-                cols["id"][np.minimum(pos, len(cols["id"]) - 1)] != want
-            ).any():
-                raise DatapipesError(
-                    f"{shingle_rel(u)} lacks ids of its unit: remove _exchange/ and relaunch"
-                )
-            for i, p in zip(want.tolist(), pos.tolist()):
-                out[i] = cols["values"][offsets[p] : offsets[p + 1]]
-        return out
-
     def jaccards(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
-        rows = self.shingle_rows(np.r_[a, b])
+        rows = self.shingles.rows(np.r_[a, b])
         return np.array([jaccard(rows[x], rows[y]) for x, y in zip(a.tolist(), b.tolist())], dtype=np.float64)
 
     # -- near passes ----------------------------------------------------------------------------

@@ -94,6 +94,49 @@ def decode_columns(data: bytes, url: str) -> Dict[str, np.ndarray]:
     return out
 
 
+@dataclass(frozen=True)
+class ColumnLayout:
+    """Where each column of a spill file lies: ``name -> (dtype, rows, byte offset)`` (for range reads)."""
+
+    url: str
+    columns: Dict[str, Tuple[np.dtype, int, int]]
+
+
+def column_layout(fh: Any, url: str, size: int) -> ColumnLayout:
+    """The layout of the spill file open as ``fh`` (``size`` bytes), from its header alone."""
+    head = fh.read(len(MAGIC) + 8)
+    if not head.startswith(MAGIC) or len(head) < len(MAGIC) + 8:
+        raise DatapipesError(
+            f"{url} is not a spill file of this version (it starts {head[:8]!r}): it was changed or"
+            " written by another version; remove the output's _exchange/ directory and relaunch"
+        )
+    n = int.from_bytes(head[len(MAGIC) :], "little")
+    offset = len(head) + n
+    columns: Dict[str, Tuple[np.dtype, int, int]] = {}
+    for name, dtype, length in orjson.loads(fh.read(n)):
+        dt = np.dtype(dtype)
+        columns[name] = (dt, int(length), offset)
+        offset += dt.itemsize * int(length)
+    if offset != size:
+        raise DatapipesError(
+            f"{url} holds {size} bytes, its header describes {offset}: the file was cut or changed;"
+            " remove the output's _exchange/ directory and relaunch"
+        )
+    return ColumnLayout(url, columns)
+
+
+def read_rows(fh: Any, layout: ColumnLayout, name: str, start: int, stop: int) -> np.ndarray:
+    """Rows ``[start, stop)`` of column ``name`` of the spill file open as ``fh``: one seek and read."""
+    dt, length, offset = layout.columns[name]
+    if not 0 <= start <= stop <= length:
+        raise ValueError(f"{layout.url}: rows [{start}, {stop}) of column {name!r} outside [0, {length})")
+    fh.seek(offset + start * dt.itemsize)
+    data = fh.read((stop - start) * dt.itemsize)
+    if len(data) != (stop - start) * dt.itemsize:
+        raise DatapipesError(f"{layout.url} ended early (column {name!r}): remove _exchange/ and relaunch")
+    return np.frombuffer(data, dtype=dt)
+
+
 def write_columns(output: str, rel: str, columns: Mapping[str, np.ndarray]) -> FileSum:
     """Atomically write ``OUT/rel`` as a spill file; its size and checksum for the commit record."""
     return write_summed(output, rel, encode_columns(columns))
