@@ -8,6 +8,8 @@ cd "$(dirname "$0")/.."
 DATA=${DEMO_DATA:-demo-data}
 OUT=${DEMO_OUT:-demo-out}
 N=${DEMO_N:-50000}
+STEPS=" ${DEMO_STEPS:-transform split train stats} "  # run only some: DEMO_STEPS=transform
+step() { [[ "$STEPS" == *" $1 "* ]]; }
 
 if [ ! -f "$DATA/part-00000.jsonl" ]; then
   python examples/gen_corpus.py --n "$N" --k 4 --out "$DATA"
@@ -17,22 +19,30 @@ fi
 # the second transform computes nothing (the summary below shows the hits).
 mkdir -p "$OUT"
 OUT_ABS=$(cd "$OUT" && pwd)
-echo "== transform: clean and tokenize $DATA/*.jsonl"
-torchx run -s local_cwd torchx_datapipes.components:transform \
-  --fn examples/transforms.py:tokenize --input "$DATA/*.jsonl" --output "$OUT/clean" \
-  -j 1x2 --on_error skip --overwrite True --cache "sqlite://$OUT_ABS/cache.db?namespace=demo"
+if step transform; then
+  echo "== transform: clean and tokenize $DATA/*.jsonl"
+  torchx run -s local_cwd torchx_datapipes.components:transform \
+    --fn examples/transforms.py:tokenize --input "$DATA/*.jsonl" --output "$OUT/clean" \
+    -j 1x2 --on_error skip --overwrite True --cache "sqlite://$OUT_ABS/cache.db?namespace=demo"
+fi
 
-echo "== split: train/val/test by id"
-torchx run -s local_cwd torchx_datapipes.components:split \
-  --input "$OUT/clean/part-*.jsonl" --output "$OUT/split" \
-  --fractions train=0.8,val=0.1,test=0.1 --key id -j 1x2 --overwrite True
+if step split; then
+  echo "== split: train/val/test by id"
+  torchx run -s local_cwd torchx_datapipes.components:split \
+    --input "$OUT/clean/part-*.jsonl" --output "$OUT/split" \
+    --fractions train=0.8,val=0.1,test=0.1 --key id -j 1x2 --overwrite True
+fi
 
-echo "== train: read the train split under DDP (2 ranks x 2 DataLoader workers, 2 epochs)"
-torchx run -s local_cwd dist.ddp -j 1x2 --script examples/train.py -- --data "$OUT/split"
+if step train; then
+  echo "== train: read the train split under DDP (2 ranks x 2 DataLoader workers, 2 epochs)"
+  torchx run -s local_cwd dist.ddp -j 1x2 --script examples/train.py -- --data "$OUT/split"
+fi
 
-echo "== stats: summary statistics and report"
-torchx run -s local_cwd torchx_datapipes.components:stats \
-  --input "$OUT/clean/part-*.jsonl" --output "$OUT/stats" -j 1x2 --overwrite True
+if step stats; then
+  echo "== stats: summary statistics and report"
+  torchx run -s local_cwd torchx_datapipes.components:stats \
+    --input "$OUT/clean/part-*.jsonl" --output "$OUT/stats" -j 1x2 --overwrite True
+fi
 
 echo
 echo "output:   $OUT/clean/part-*.jsonl"

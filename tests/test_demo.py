@@ -1,4 +1,4 @@
-"""`make demo` as the README promises it: four real torchx jobs, and a rerun that computes nothing."""
+"""`make demo` as the README promises it: four real torchx jobs; a rerun whose transform computes nothing."""
 
 import json
 import os
@@ -20,14 +20,18 @@ def test_demo_runs_and_a_rerun_is_served_by_the_cache(tmp_path: Path) -> None:
         "DEMO_OUT": str(tmp_path / "out"),
         "DEMO_N": "2000",
     }
-    for attempt in range(2):
-        proc = subprocess.run(
-            ["bash", str(ROOT / "examples/run_demo.sh")], env=env, capture_output=True, text=True, timeout=300
-        )
+    for attempt in range(2):  # the rerun: only the transform, which the cache serves in full
+        run_env = {**env, "DEMO_STEPS": "transform"} if attempt else env
+        demo = ["bash", str(ROOT / "examples/run_demo.sh")]
+        proc = subprocess.run(demo, env=run_env, capture_output=True, text=True, timeout=300)
         assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
         clean = json.loads((tmp_path / "out/clean/_SUCCESS").read_text())
         assert clean["records_in"] == 2000 and clean["bad"] == 0
         assert clean["cache"]["hits"] == (2000 if attempt else 0), clean["cache"]
+        assert f"cache.db: {2000 if attempt else 0:,} hits, " in proc.stdout, proc.stdout[-2000:]
+        if attempt:
+            assert "== split" not in proc.stdout and "== transform" in proc.stdout
+            continue
         train = json.loads((tmp_path / "out/split/_SUCCESS").read_text())["splits"]["train"]
         for epoch in (0, 1):  # examples/train.py: every train record once per epoch, over 2 ranks
             assert f"epoch {epoch}: {train:,} train records once each" in proc.stdout + proc.stderr

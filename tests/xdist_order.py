@@ -1,6 +1,6 @@
-"""The order in which pytest-xdist hands out test files (``make pytest``: ``-n 2 --dist loadfile
+"""The order in which pytest-xdist hands out test files (``make pytest``: ``-n 3 --dist loadfile
 --no-loadscope-reorder``): the longest files first, so that no long file starts last and keeps one
-worker busy after the other has finished. The rest keep their collection order.
+worker busy after the others have finished. The rest keep their collection order.
 
 Durations measured on the 2-core test machine (seconds, serial); update the list when a file's
 cost changes a lot. An unlisted or renamed file only loses its place, never a test.
