@@ -152,8 +152,11 @@ class SlurmCluster:
         w, gw = self.workdir, self.net.gateway
         me = socket.gethostname().split(".")[0]
         auth = f"AuthType=auth/munge\nAuthInfo=socket={self.munge_socket}\n"
-        # cred_expire is also how long a requeued job (--max_retries) waits to start again (default 120 s)
-        ctld_auth = f"AuthType=auth/munge\nAuthInfo=socket={self.munge_socket},cred_expire=10\n"
+        # cred_expire is how long a job step's credential is valid (slurmd refuses a task launch after it:
+        # "Job credential expired") and also how long a requeued job (--max_retries) waits to start again
+        # (default 120 s). 10 s was too short on a busy machine: a requeued batch step's launch reached
+        # slurmd 17 s after the batch started, and the job failed.
+        ctld_auth = f"AuthType=auth/munge\nAuthInfo=socket={self.munge_socket},cred_expire=30\n"
         nodes = "\n".join(
             f"NodeName={h.name} NodeAddr={h.addr} CPUs={NODE_CPUS} RealMemory={NODE_MEM_MB} State=UNKNOWN"
             for h in self.net.hosts
