@@ -3,7 +3,11 @@
 import atexit
 import os
 import shutil
+import signal
 import tempfile
+from typing import Iterator
+
+import pytest
 
 pytest_plugins = ["s3_fixture", "cache_servers", "xdist_order"]
 
@@ -13,3 +17,18 @@ pytest_plugins = ["s3_fixture", "cache_servers", "xdist_order"]
 _CONFIG = tempfile.mkdtemp(prefix="tdp-test-config-")
 os.environ["XDG_CONFIG_HOME"] = _CONFIG
 atexit.register(shutil.rmtree, _CONFIG, True)
+
+
+@pytest.fixture(autouse=True)
+def _own_stop_signal_handlers() -> Iterator[None]:
+    """Each test gets the SIGTERM/SIGINT handlers it started with back, whatever it ran in process.
+
+    (TorchX's local scheduler installs handlers that raise an ``Exception`` and never removes them; a
+    later test's forked ``multiprocessing.Pool`` worker then swallows ``Pool.terminate()``'s SIGTERM
+    and the pool's exit hangs: seen once, in ``test_sqlite_concurrent_writers``.)
+    """
+    saved = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT)}
+    yield
+    for sig, handler in saved.items():
+        if handler is not None and signal.getsignal(sig) is not handler:
+            signal.signal(sig, handler)

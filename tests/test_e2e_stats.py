@@ -24,6 +24,7 @@ import math
 import os
 import re
 import shutil
+import signal
 import subprocess
 import textwrap
 from collections import Counter
@@ -442,8 +443,11 @@ def test_overwrite_refused_then_api_stats_returns_result(
     app = api.stats(
         input="data/*.jsonl", output="out/1x1", j="1x1", on_error="skip", overwrite=True, top_k=3, bins=8
     )
+    handlers = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT)}
     result = api.run(app)
     assert result.succeeded and result.result is not None
+    # torchx's local scheduler put its own in: a forked Pool worker would swallow Pool.terminate()'s SIGTERM
+    assert {s: signal.getsignal(s) for s in handlers} == handlers
     assert (runs["1x1"] / "_SUCCESS").read_text() != before
     assert result.result == load(runs["1x1"])
     assert result.result["records"] == len(recs) and result.result["bad_records"] == bad

@@ -11,6 +11,8 @@ import dataclasses
 import os
 import re
 import shutil
+import signal
+import threading
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Optional, Union
 
@@ -133,6 +135,7 @@ def run(
     # TorchX's Ray scheduler ships role.image (a directory) as the job's working_dir, writes into it
     # and deletes it after submitting if it is under the temp dir: give it a private copy we own.
     workspace = ray_workspace(app.roles[0].image) if scheduler == "ray" else None
+    handlers = _signal_handlers()
     try:
         if workspace is not None:
             app = dataclasses.replace(app, roles=[dataclasses.replace(app.roles[0], image=workspace)])
@@ -145,6 +148,8 @@ def run(
             if state != "SUCCEEDED":
                 raise JobFailedError(_failure_message(runner, handle, state, status, cfg.get("log_dir")))
     finally:
+        if wait:
+            _restore_signal_handlers(handlers)
         if workspace is not None:
             shutil.rmtree(workspace, ignore_errors=True)
     manifest = read_manifest(output) if output else None
@@ -154,6 +159,30 @@ def run(
 
         result = orjson.loads(read_bytes(join(output, "stats.json")))
     return RunResult(handle, state, output, manifest, cfg.get("log_dir"), result)
+
+
+_STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+
+def _signal_handlers() -> Dict[int, Any]:
+    return {s: signal.getsignal(s) for s in _STOP_SIGNALS}
+
+
+def _restore_signal_handlers(handlers: Dict[int, Any]) -> None:
+    """Give the caller its SIGTERM/SIGINT handlers back after a waited run.
+
+    TorchX's local scheduler installs handlers that raise ``SignalException`` (an ``Exception``) in
+    the submitting process, to stop its children, and never removes them. Left in place, they are
+    inherited by the caller's forked processes: a ``multiprocessing.Pool`` worker then swallows the
+    SIGTERM of ``Pool.terminate()`` (its task loop catches ``Exception``), and the pool's exit hangs.
+    After ``wait=True`` the job's processes are gone, so the handlers have nothing left to stop. With
+    ``wait=False`` they stay: they still stop the running job's processes.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        return  # signal.signal works in the main thread only (and torchx installs nothing elsewhere)
+    for sig, handler in handlers.items():
+        if handler is not None and signal.getsignal(sig) is not handler:
+            signal.signal(sig, handler)
 
 
 def _error_text(structured: str) -> str:
