@@ -1,8 +1,9 @@
 """A trainer for the receipt tests: ``DataLoader(QueueDataset(url), num_workers=W)`` as a new user writes it.
 
 argv: URL IDS_FILE KILL_AFTER BATCH WORKERS. Every id received is written to IDS_FILE (flushed);
-after KILL_AFTER records (0: never) the trainer SIGKILLs itself; BATCH is ``none`` (batch_size=None)
-or a batch size (default collate). At the end it writes ``ds.stats()`` to IDS_FILE.stats.json.
+after the item that brings the count to KILL_AFTER records (0: never) the trainer SIGKILLs itself;
+BATCH is ``none`` (batch_size=None) or a batch size (default collate). At the end it writes
+``ds.stats()`` to IDS_FILE.stats.json.
 """
 
 import json
@@ -33,8 +34,10 @@ def main() -> None:
                 f.write(f"{i}\n")
                 f.flush()
                 n += 1
-                if kill_after and n == kill_after:
-                    os.kill(os.getpid(), signal.SIGKILL)
+            # the loop has the whole item (its records may be marked done at once): the kill comes after
+            # the item's last record is written, never in the middle of a batch the loop received
+            if kill_after and n >= kill_after:
+                os.kill(os.getpid(), signal.SIGKILL)
     with open(path + ".stats.json", "w") as f:
         json.dump(ds.stats(), f)
 

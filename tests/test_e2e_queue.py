@@ -160,4 +160,7 @@ def test_consumer_rank_killed_producer_rank_killed_and_broker_restarted(
     attempts = [u["attempt"] for u in manifest["units"]]
     assert 0 in attempts and 1 in attempts, attempts  # the producer was restarted after committing units
     republished = sum(u["records_out"] for u in manifest["units"] if u["attempt"] == 1)
-    assert stats["duplicates"] <= republished  # copies only of units that had not committed
+    # copies only of units that had not committed; the killed trainer rank's messages done but not yet
+    # acked come back to the others as stale redeliveries, dropped and counted apart (a CI run under load
+    # saw 256 dropped against 253 republished when both were one counter)
+    assert stats["duplicates"] <= republished, (republished, stats)

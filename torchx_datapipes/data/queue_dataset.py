@@ -19,7 +19,8 @@ Guarantee (docs/queue.md): with no failures, every record exactly once. Across a
 crash, at least once: the only duplicates are records the dead consumer had yielded from a
 message it had not acked yet (in flight), and they are counted in ``stats()["redelivered"]``.
 Copies of a message published twice (a producer restarted mid-unit, a publish retried across a
-broker restart) are dropped and counted in ``stats()["duplicates"]``.
+broker restart) are dropped and counted in ``stats()["duplicates"]``; a message redelivered after
+it was done (its consumer died before the ack) is dropped and counted in ``stats()["stale"]``.
 """
 
 import os
@@ -63,6 +64,7 @@ class QueueDataset(IterableDataset):
                 ("delivered", s.delivered),
                 ("redelivered", s.redelivered),
                 ("duplicates", s.duplicates),
+                ("stale", s.stale),
             ):
                 self._local[k] = self._local.get(k, 0) + v
 
@@ -70,7 +72,9 @@ class QueueDataset(IterableDataset):
         """The group's counters, from the group log: every consumer that finished (any rank, any worker).
 
         ``delivered``: records yielded; ``redelivered``: of those, records redelivered after a consumer
-        failure (the only possible duplicates); ``duplicates``: copies of a message id dropped;
+        failure (the only possible duplicates); ``duplicates``: records dropped, of a message id published
+        again; ``stale``: records dropped, of a message redelivered after it was done (its consumer died
+        before its ack reached the broker);
         ``records_done``/``end_total``: the group's progress against the producer's end marker;
         ``local``: this process's own consumers (``num_workers=0``: the whole story of this rank).
         """
@@ -79,7 +83,7 @@ class QueueDataset(IterableDataset):
             ledger = Ledger(broker, self.group)
             ledger.sync()
             totals = {k: sum(int(r.get(k, 0)) for r in ledger.reports.values())
-                      for k in ("delivered", "redelivered", "duplicates")}  # fmt: skip
+                      for k in ("delivered", "redelivered", "duplicates", "stale")}  # fmt: skip
             return {
                 **totals,
                 "consumers": len(ledger.reports),

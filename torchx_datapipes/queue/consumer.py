@@ -41,7 +41,10 @@ NO_RECEIPTS_AFTER = 64
 class ConsumerStats:
     delivered: int = 0  # records yielded (redelivered ones included)
     redelivered: int = 0  # records yielded from a message redelivered after a consumer failure
-    duplicates: int = 0  # records dropped: a second copy of a message id already claimed or done
+    duplicates: int = 0  # records dropped: a message id published again (a producer's retry or redone unit)
+    # records dropped: a message redelivered after it was done (its consumer died between the done in
+    # the group log and the broker ack; with receipts, between the trainer's done and its worker's ack)
+    stale: int = 0
     messages: int = 0
     first_record_at: Optional[float] = None  # epoch seconds
 
@@ -286,7 +289,10 @@ class GroupConsumer:
             self.held.pop(id(d), None)
 
     def _drop(self, d: Delivery, records: int) -> None:
-        self.stats.duplicates += records
+        if d.redelivered:
+            self.stats.stale += records
+        else:
+            self.stats.duplicates += records
         self._ack(d)
 
 
