@@ -1,6 +1,10 @@
 """Broker faults and cleanup, against the real brokers: ``delete()`` leaves nothing behind."""
 
-from typing import Iterator
+import multiprocessing as mp
+import os
+import signal
+import time
+from typing import Any, Iterator
 
 import pytest
 from pika import exceptions as px
@@ -112,5 +116,55 @@ def test_the_group_log_is_trimmed_once_the_group_finished(kind: str) -> None:
         reported = {c.name for c in consumers}
         assert reported <= set(late.ledger.reports)
         assert sum(late.ledger.reports[c]["delivered"] for c in reported) == 2000
+    finally:
+        cleanup(url)
+
+
+def _done_then_die(url: str, ready: Any) -> None:
+    """Consumes one message, marks it done in the group log, and hangs before its broker ack."""
+    c = GroupConsumer(open_queue(url), "train")
+    mark_done = c.ledger.mark_done
+
+    def done_then_hang(mid: str, job: str, n: int) -> None:
+        mark_done(mid, job, n)
+        ready.set()
+        time.sleep(3600)  # SIGKILLed here: done in the group log, never acked on the broker
+
+    c.ledger.mark_done = done_then_hang  # type: ignore[method-assign]
+    for _ in c:
+        pass
+
+
+@pytest.mark.parametrize("kind", ["nats", "rabbitmq", "redis"])
+def test_a_done_message_that_comes_back_is_counted_stale_not_duplicate(kind: str) -> None:
+    """``stats()['stale']``: a consumer died between the done and the ack, and the broker redelivered
+    that message; ``['duplicates']`` stays for ids published twice (docs/queue.md)."""
+    url = fresh_url(kind, block_s=0.05, claim_after_s=1, batch=10, prefetch=1)
+    try:
+        with open_queue(url) as b:
+            total = publish_units(b, "j", {0: 10, 1: 10})  # one message per unit
+        ready = mp.get_context("fork").Event()
+        dead = mp.get_context("fork").Process(target=_done_then_die, args=(url, ready))
+        dead.start()
+        try:
+            assert ready.wait(60), "the first consumer did not mark its message done"
+        finally:
+            os.kill(dead.pid, signal.SIGKILL)  # type: ignore[arg-type]
+            dead.join(30)
+        assert dead.exitcode == -signal.SIGKILL
+        with open_queue(url) as sb:
+            survivor = GroupConsumer(sb, "train")
+            w = Worker(lambda: [r["id"] for r in survivor])
+            w.start()
+            deadline = time.monotonic() + 60
+            while survivor.stats.stale < 10 and time.monotonic() < deadline:  # it was handed over
+                time.sleep(0.05)
+            assert survivor.stats.stale == 10, survivor.stats
+            with open_queue(url) as b:
+                finish(b, "j", total)  # (no end marker before: the survivor waits for the redelivery)
+            ids = sorted(w.get(60))
+        units = [[u * 100_000 + i for i in range(10)] for u in (0, 1)]
+        assert ids in units, ids  # the other unit's records, once (the dead one's came back stale)
+        assert survivor.stats.duplicates == 0 and survivor.stats.redelivered == 0, survivor.stats
     finally:
         cleanup(url)
