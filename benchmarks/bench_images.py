@@ -300,7 +300,7 @@ def busiest_slot_s(manifest: dict[str, Any]) -> float:
 def _cmd(method: str, images: Path, out: Path, a: argparse.Namespace) -> list[str]:
     if method in OURS:
         cmd = [*torchx_cmd(), "run", "-s", "local_cwd", COMPONENT, "--fn", FN, "--input", str(images)]
-        cmd += ["--output", str(out), "-j", "1x2", "--output_format", OURS[method], "--overwrite", "True"]
+        cmd += ["--output", str(out), "-j", a.j, "--output_format", OURS[method], "--overwrite", "True"]
         return cmd + ["--unit_mb", str(a.unit_mb)] if a.unit_mb else cmd
     return [sys.executable, __file__, "_ref", method, "--input", str(images), "--output", str(out)]
 
@@ -428,6 +428,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     ap.add_argument("--n", type=int, default=10_000, help="JPEGs to generate")
     ap.add_argument("--seed", type=int, default=0, help="generator seed")
     ap.add_argument("--methods", default=",".join(METHODS), help=f"comma-separated subset of {METHODS}")
+    ap.add_argument("--j", default="1x2", help="ours: torchx -j (1x2: two processes, as pool2)")
     ap.add_argument("--unit_mb", type=float, default=0.0, help="ours: --unit_mb (0: the component's default)")
     ap.add_argument("--check", type=int, default=3, help="images whose tensors are compared")
     ap.add_argument("--workdir", type=Path, default=Path(tempfile.gettempdir()) / "tdp-bench-images")

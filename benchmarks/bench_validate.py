@@ -16,7 +16,8 @@ Per size the same two generated CSV tables (``reference`` and ``current``: 7 pen
 ``current`` with its bill length and species mix shifted) are used by every method, each
 run as a whole subprocess (wall time; peak RSS summed over the process tree):
 
-- ``ddp-job``: a trivial ``torchx run -s local_cwd dist.ddp -j 1x2`` (the launch floor).
+- ``ddp-job``: a trivial ``torchx run -s local_cwd dist.ddp -j 1x2`` (the launch floor; ``--j``
+  sets the ``-j`` of it and of every job).
 - ``stats``: ``torchx run ... components:stats`` on ``current``.
 - ``validate``: ``torchx run ... components:validate`` on ``current`` with the schema inferred from
   ``reference``'s stats and ``--baseline`` that stats output (``--fail_on never``).
@@ -84,9 +85,9 @@ def _schema() -> Any:
                       ("sex", pa.string())])  # fmt: skip
 
 
-def job(op: str, inp: Path, out: Path, *extra: str) -> list[str]:
+def job(op: str, inp: Path, out: Path, *extra: str, j: str) -> list[str]:
     return [*torchx_cmd(), "run", "-s", "local_cwd", f"torchx_datapipes.components:{op}", "--input", str(inp),
-            "--output", str(out), "-j", "1x2", "--overwrite", "True", *extra]  # fmt: skip
+            "--output", str(out), "-j", j, "--overwrite", "True", *extra]  # fmt: skip
 
 
 def job_row(name: str, rows: int, cmd: list[str], out: Path, workdir: Path) -> BenchRow:
@@ -194,12 +195,13 @@ def run_size(rows: int, args: argparse.Namespace, kind: Optional[str], floor: Be
     for path, seed, shift in ((ref, 1, 0.0), (cur, 2, 0.5)):
         if not path.exists():
             make_table(path, rows, seed, shift)
-    base = job_row("stats(reference)", rows, job("stats", ref, work / "ref_stats"), work / "ref_stats", work)
+    base_cmd = job("stats", ref, work / "ref_stats", j=args.j)
+    base = job_row("stats(reference)", rows, base_cmd, work / "ref_stats", work)
     infer_cmd = [sys.executable, "-m", "torchx_datapipes.schema", "infer", str(work / "ref_stats")]
     infer = run_measured([*infer_cmd, "-o", str(work / "schema.json")], env={"PYTHONPATH": str(REPO_ROOT)})
-    stats = job_row("stats", rows, job("stats", cur, work / "stats"), work / "stats", work)
+    stats = job_row("stats", rows, job("stats", cur, work / "stats", j=args.j), work / "stats", work)
     val_cmd = job("validate", cur, work / "val", "--schema", str(work / "schema.json"), "--baseline",
-                  str(work / "ref_stats"), "--fail_on", "never")  # fmt: skip
+                  str(work / "ref_stats"), "--fail_on", "never", j=args.j)  # fmt: skip
     val = job_row("validate", rows, val_cmd, work / "val", work)
     e2e = BenchRow("ours-e2e", "", rows, None, None, ok=base.ok and infer.ok and val.ok)
     if e2e.ok:
@@ -238,6 +240,7 @@ def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
     p.add_argument("--workdir", default=str(REPO_ROOT / "bench-data" / "validate"))
     ref_help = "python of a venv with tensorflow_data_validation or evidently ('none': skip)"
     p.add_argument("--ref-python", default=os.environ.get("BENCH_REF_PYTHON", ""), help=ref_help)
+    p.add_argument("--j", default="1x2", help="torchx -j of every job and of the launch floor")
     p.add_argument("--json", help="write the results here")
     p.add_argument("--keep", action="store_true", help="keep the generated CSV tables")
     return p.parse_args(argv)
@@ -248,7 +251,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     args.ref_python = "" if args.ref_python == "none" else args.ref_python
     kind = reference_kind(args.ref_python)
     Path(args.workdir).mkdir(parents=True, exist_ok=True)
-    fm = measure_ddp_job("1x2", workdir=Path(args.workdir))
+    fm = measure_ddp_job(args.j, workdir=Path(args.workdir))
     floor = BenchRow("ddp-job", "", 0, fm.wall_s, fm.peak_rss_mb, ok=fm.ok, note="launch floor")
     results = [run_size(rows, args, kind, floor) for rows in (args.rows or SIZES)]
     payload = {"reference": kind or "none", "launch_floor_s": fm.wall_s, "sizes": results,

@@ -55,8 +55,10 @@ def test_removed_documents_are_scored_per_truth_cluster() -> None:
 
 def test_tiny_run_of_the_harness(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "r.json"
+    # -j 1x1: one rank per launch (the harness is under test here; dedup across ranks is test_dedup.py's)
     argv = ["--sizes", "300", "--real-max-docs", "40", "--methods", "floor,ours,datasketch,rensa",
-            "--workdir", str(tmp_path / "w"), "--timeout", "300", "--json", str(out)]  # fmt: skip
+            "--j", "1x1", "--workdir", str(tmp_path / "w"), "--timeout", "300",
+            "--json", str(out)]  # fmt: skip
     rc = bench_dedup.main(argv)
     printed = capsys.readouterr().out
     doc = json.loads(out.read_text())

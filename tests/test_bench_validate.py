@@ -41,7 +41,7 @@ def test_crossover_is_where_the_floor_is_paid_back() -> None:
 
 def test_tiny_run_of_the_harness(tmp_path: Path) -> None:
     out = tmp_path / "r.json"
-    rc = bench_validate.main(["--rows", "3000", "--json", str(out), "--ref-python", "none",
+    rc = bench_validate.main(["--rows", "3000", "--json", str(out), "--ref-python", "none", "--j", "1x1",
                               "--workdir", str(tmp_path / "w")])  # fmt: skip
     payload = json.loads(out.read_text())
     assert rc == 0 and payload["launch_floor_s"] > 0

@@ -8,10 +8,14 @@ workers. Every source call is logged with an ``O_APPEND`` write, so all workers'
 Worker start-up dominates the cost under spawn and forkserver (each worker imports torch),
 so the start-method matrix runs once per method over a :class:`Zipped` dataset of all six
 (holder, backend) pairs -- each pair with its own source, call log and cache namespace --
-and each test asserts on its own pair. The ``direct`` tests hand a single holder to the
-DataLoader as a user would (a MapDataPipe then goes through torch's serialization wrapper).
+and each test asserts on its own pair. The default matrix has one start method, fork
+(``TDP_CACHE_START_METHODS=fork,spawn,forkserver`` runs all three: about 40 s more on the
+2-core test machine). The ``direct`` tests hand a single holder to the DataLoader as a user
+would (a MapDataPipe then goes through torch's serialization wrapper), one of them under spawn;
+every holder's pickling in a fresh interpreter is in ``test_cache_holders.py``.
 """
 
+import os
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
@@ -34,7 +38,7 @@ from torchx_datapipes.cache.holders import CachedDataset
 
 N, EPOCHS, BATCH = 64, 3, 8
 BACKENDS = ["sqlite", "redis", "memcached"]
-METHODS = ["fork", "spawn", "forkserver"]
+METHODS = os.environ.get("TDP_CACHE_START_METHODS", "fork").split(",")
 
 
 def cached_dataset(log: Path, url: str) -> Any:
